@@ -1,0 +1,3 @@
+"""jaxdrive: JAX-native multi-agent driving simulation and reinforcement learning."""
+
+__version__ = "0.1.0"

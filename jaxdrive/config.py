@@ -1,0 +1,159 @@
+"""Configuration plumbing: frozen dataclasses built from dicts with strict validation.
+
+Every concern defines its own frozen dataclass next to its code (``ProceduralConfig``
+in ``scenarios/procedural.py``, ``DynamicsConfig`` in ``sim/dynamics.py``, ...) and
+inherits ``ConfigBase``. ``from_dict`` builds nested configs, rejects unknown keys by
+name with the allowed ones listed, converts lists to tuples (so configs stay hashable
+and usable as static jit arguments) and runs each class's ``__post_init__`` checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names the key and the fix."""
+
+
+def _suggest(name: str, allowed: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(allowed), n=1)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def _to_hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_to_hashable(v) for v in value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigBase:
+    """Base of every config dataclass: strict ``from_dict``, ``to_dict``, ``replace``."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = ""):
+        """Build the config from a (nested) mapping; unknown keys are errors."""
+        data = dict(data or {})
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            where = f" in '{path}'" if path else ""
+            key = unknown[0]
+            raise ConfigError(
+                f"unknown config key '{path + '.' if path else ''}{key}'{where}."
+                f"{_suggest(key, fields)} Allowed keys: {', '.join(sorted(fields))}."
+            )
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for name, value in data.items():
+            sub = hints.get(name)
+            sub_path = f"{path}.{name}" if path else name
+            if isinstance(sub, type) and issubclass(sub, ConfigBase):
+                if isinstance(value, sub):
+                    kwargs[name] = value
+                elif isinstance(value, Mapping):
+                    kwargs[name] = sub.from_dict(value, sub_path)
+                else:
+                    raise ConfigError(
+                        f"config key '{sub_path}' must be a mapping of {sub.__name__} "
+                        f"fields, got {type(value).__name__}."
+                    )
+            else:
+                kwargs[name] = _to_hashable(value)
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:
+            if path and not str(e).startswith(f"'{path}"):
+                raise ConfigError(f"'{path}': {e}") from None
+            raise
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, ConfigBase):
+                value = value.to_dict()
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+def check_range(
+    name: str, value: float, lo: float | None = None, hi: float | None = None,
+    *, lo_open: bool = False,
+) -> None:
+    """Raise ``ConfigError`` unless ``lo <= value <= hi`` (``lo < value`` if ``lo_open``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"config key '{name}' must be a number, got {value!r}.")
+    bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
+    bad_hi = hi is not None and value > hi
+    if bad_lo or bad_hi:
+        lo_s = "-inf" if lo is None else f"{lo}"
+        hi_s = "inf" if hi is None else f"{hi}"
+        bracket = "(" if lo_open else "["
+        raise ConfigError(
+            f"config key '{name}' = {value!r} is out of range; allowed {bracket}{lo_s}, {hi_s}]."
+        )
+
+
+def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
+    """Raise ``ConfigError`` unless ``value`` is an int in ``[lo, hi]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"config key '{name}' must be an integer, got {value!r}.")
+    check_range(name, value, lo, hi)
+
+
+def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
+    """Raise ``ConfigError`` unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigError(
+            f"config key '{name}' = {value!r} is not allowed.{_suggest(str(value), allowed)} "
+            f"Allowed values: {', '.join(map(str, allowed))}."
+        )
+
+
+def check_interval(name: str, value: Any, lo: float | None = None, hi: float | None = None):
+    """Raise ``ConfigError`` unless ``value`` is a pair ``(low, high)`` with low <= high."""
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise ConfigError(f"config key '{name}' must be a pair [low, high], got {value!r}.")
+    check_range(f"{name}[0]", value[0], lo, hi)
+    check_range(f"{name}[1]", value[1], lo, hi)
+    if value[0] > value[1]:
+        raise ConfigError(f"config key '{name}' = {list(value)}: low must not exceed high.")
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """Turn ``["a.b=3", "c=x"]`` into a nested dict; values are parsed as YAML scalars."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"override '{pair}' must look like key.sub=value.")
+        key, raw = pair.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``override`` wins."""
+    out = dict(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,1 @@
+"""Simulator core: geometry, dynamics, road spatial index."""

@@ -1,0 +1,254 @@
+"""Pytrees shared by every layer: scenarios, simulator state, observations.
+
+Named dimensions used in shapes throughout the package:
+
+- ``A``: agents (objects) per scenario, fixed by ``ScenarioConfig.max_agents``.
+- ``T``: logged time steps per scenario (``ScenarioConfig.num_steps``, 91 at 10 Hz).
+- ``R``: road points per scenario (``ScenarioConfig.max_road_points``).
+- ``L``: lane polylines with connectivity (``ScenarioConfig.max_lanes``); a lane's
+  index is its polyline id.
+- ``S``: successors per lane (``ScenarioConfig.max_lane_successors``).
+- ``TL``: traffic-light slots (``ScenarioConfig.max_traffic_lights``).
+- ``N``: scenarios in a pool; ``B``: parallel environments.
+
+Everything is padded to those sizes and carries a validity mask; invalid entries hold
+finite filler values (zeros) so that arithmetic on them never produces NaN.
+All positions are metres in the scenario's world frame; yaw is radians,
+counter-clockwise from +x.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+class RoadType(enum.IntEnum):
+    """Coarse road-point type shared by procedural and logged maps."""
+
+    UNKNOWN = 0
+    LANE_CENTER = 1
+    ROAD_EDGE = 2
+    ROAD_LINE = 3
+    CROSSWALK = 4
+    STOP_SIGN = 5
+    SPEED_BUMP = 6
+    DRIVEWAY = 7
+
+
+NUM_ROAD_TYPES = len(RoadType)
+
+
+class ObjectType(enum.IntEnum):
+    """Object class, following the Waymo Open Motion Dataset numbering."""
+
+    UNSET = 0
+    VEHICLE = 1
+    PEDESTRIAN = 2
+    CYCLIST = 3
+    OTHER = 4
+
+
+NUM_OBJECT_TYPES = len(ObjectType)
+
+
+class TrafficLightState(enum.IntEnum):
+    """Traffic-light signal state, following the WOMD ``TrafficSignalLaneState`` enum."""
+
+    UNKNOWN = 0
+    ARROW_STOP = 1
+    ARROW_CAUTION = 2
+    ARROW_GO = 3
+    STOP = 4
+    CAUTION = 5
+    GO = 6
+    FLASHING_STOP = 7
+    FLASHING_CAUTION = 8
+
+
+class EntityKind(enum.IntEnum):
+    """Who moves an agent slot during an episode."""
+
+    INVALID = 0  # padding, or an object not present at the episode start
+    CONTROLLED = 1  # driven by the policy's action
+    EXPERT = 2  # replays its logged trajectory
+    STATIC = 3  # held at its initial pose
+
+
+@struct.dataclass
+class Roadgraph:
+    """Road points with type, direction and polyline id.
+
+    Attributes:
+      xy: (R, 2) float32, point position.
+      dir: (R, 2) float32, unit vector to the next point of the same polyline
+        (the previous segment's direction at a polyline's last point; zero for
+        single-point features such as stop signs).
+      type: (R,) int32, ``RoadType``.
+      id: (R,) int32, polyline id; lane centres have ids in ``[0, L)``.
+      valid: (R,) bool.
+    """
+
+    xy: jax.Array
+    dir: jax.Array
+    type: jax.Array
+    id: jax.Array
+    valid: jax.Array
+
+    @property
+    def num_points(self) -> int:
+        return self.xy.shape[-2]
+
+    def segment_mask(self) -> jax.Array:
+        """(R,) bool: point i starts a segment to point i+1 of the same polyline."""
+        same_next = jnp.concatenate(
+            [
+                (self.id[..., 1:] == self.id[..., :-1]) & self.valid[..., 1:],
+                jnp.zeros(self.id.shape[:-1] + (1,), bool),
+            ],
+            axis=-1,
+        )
+        return self.valid & same_next
+
+
+@struct.dataclass
+class LaneGraph:
+    """Lane connectivity.
+
+    Attributes:
+      successors: (L, S) int32, polyline ids of lanes that continue lane ``l`` at its
+        end, ``-1`` padded.
+      valid: (L,) bool, lane ``l`` exists.
+    """
+
+    successors: jax.Array
+    valid: jax.Array
+
+
+@struct.dataclass
+class TrafficLights:
+    """Traffic-light states per logged step (all invalid where a map has none).
+
+    Attributes:
+      lane_id: (TL,) int32, controlled lane polyline id (``-1`` if unknown).
+      stop_xy: (TL, 2) float32, stop point.
+      state: (TL, T) int32, ``TrafficLightState``.
+      valid: (TL, T) bool.
+    """
+
+    lane_id: jax.Array
+    stop_xy: jax.Array
+    state: jax.Array
+    valid: jax.Array
+
+
+@struct.dataclass
+class ObjectLog:
+    """Logged object trajectories and per-object metadata.
+
+    Attributes:
+      xy: (A, T, 2) float32, box centre.
+      yaw: (A, T) float32.
+      vel: (A, T, 2) float32, world-frame velocity, m/s.
+      valid: (A, T) bool.
+      length: (A,) float32, box length along the heading, metres.
+      width: (A,) float32.
+      type: (A,) int32, ``ObjectType``.
+      goal: (A, 2) float32, goal position (the final valid logged position for
+        logged data; a point along the lane graph for procedural scenes).
+      is_sdc: (A,) bool, the self-driving car (exactly one in a valid scenario).
+      of_interest: (A,) bool, WOMD ``objects_of_interest``.
+      to_predict: (A,) bool, WOMD ``tracks_to_predict``.
+    """
+
+    xy: jax.Array
+    yaw: jax.Array
+    vel: jax.Array
+    valid: jax.Array
+    length: jax.Array
+    width: jax.Array
+    type: jax.Array
+    goal: jax.Array
+    is_sdc: jax.Array
+    of_interest: jax.Array
+    to_predict: jax.Array
+
+    @property
+    def num_agents(self) -> int:
+        return self.xy.shape[-3]
+
+    @property
+    def num_steps(self) -> int:
+        return self.xy.shape[-2]
+
+
+@struct.dataclass
+class Scenario:
+    """One driving scenario: map, lane graph, traffic lights, logged objects."""
+
+    roadgraph: Roadgraph
+    lanes: LaneGraph
+    traffic_lights: TrafficLights
+    objects: ObjectLog
+
+
+@struct.dataclass
+class AgentState:
+    """Kinematic state of every agent slot at one step.
+
+    Attributes:
+      xy: (A, 2) float32, box centre.
+      yaw: (A,) float32.
+      vel: (A, 2) float32, world-frame velocity.
+      steer: (A,) float32, current steering angle (bicycle model; 0 otherwise).
+      accel: (A,) float32, current longitudinal acceleration.
+      valid: (A,) bool, the agent is physically present (collidable, observable).
+    """
+
+    xy: jax.Array
+    yaw: jax.Array
+    vel: jax.Array
+    steer: jax.Array
+    accel: jax.Array
+    valid: jax.Array
+
+    @property
+    def speed(self) -> jax.Array:
+        """(A,) signed speed along the heading."""
+        return self.vel[..., 0] * jnp.cos(self.yaw) + self.vel[..., 1] * jnp.sin(self.yaw)
+
+
+@struct.dataclass
+class Observation:
+    """Ego-frame observation of every agent slot (normalised; see ``jaxdrive.observation``).
+
+    Attributes:
+      ego: (A, F_ego) float32.
+      partners: (A, K, F_partner) float32, the K nearest other agents.
+      partner_type: (A, K) int32, ``ObjectType``.
+      partner_mask: (A, K) bool.
+      road: (A, M, F_road) float32, the M nearest road points.
+      road_type: (A, M) int32, ``RoadType``.
+      road_mask: (A, M) bool.
+    """
+
+    ego: jax.Array
+    partners: jax.Array
+    partner_type: jax.Array
+    partner_mask: jax.Array
+    road: jax.Array
+    road_type: jax.Array
+    road_mask: jax.Array
+
+
+def tree_take(tree, index):
+    """Index the leading axis of every leaf (``index`` may be an int or an array)."""
+    return jax.tree.map(lambda x: x[index], tree)
+
+
+def tree_stack(trees):
+    """Stack a sequence of identically shaped pytrees along a new leading axis."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
