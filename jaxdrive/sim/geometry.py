@@ -1,0 +1,173 @@
+"""Exact 2-D geometry: oriented-box overlap, signed distance to road edges, goal radius.
+
+Conventions: boxes are (centre xy, yaw, length along the heading, width); road-edge
+polylines are oriented with the drivable area on their LEFT, so a point to the right of
+its nearest edge segment is off-road. All functions broadcast over leading axes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# Signed distance reported when a query has no valid edge segment at all: "deep inside".
+NO_EDGE_DISTANCE = -1.0e6
+# Distances within this of the minimum count as ties at a shared polyline vertex.
+_TIE_EPS = 1.0e-5
+
+
+def heading(yaw: jax.Array) -> jax.Array:
+    """(...,) yaw -> (..., 2) unit heading vector."""
+    return jnp.stack([jnp.cos(yaw), jnp.sin(yaw)], axis=-1)
+
+
+def box_corners(xy: jax.Array, yaw: jax.Array, length: jax.Array, width: jax.Array) -> jax.Array:
+    """Corners of oriented boxes, counter-clockwise from front-left... front-right.
+
+    Args:
+      xy: (..., 2) centre. yaw: (...,). length, width: (...,).
+    Returns:
+      (..., 4, 2): front-left, rear-left, rear-right, front-right (counter-clockwise).
+    """
+    c, s = jnp.cos(yaw), jnp.sin(yaw)
+    hl, hw = 0.5 * length, 0.5 * width
+    fx, fy = c * hl, s * hl  # half-length along heading
+    lx, ly = -s * hw, c * hw  # half-width to the left
+    dx = jnp.stack([fx + lx, -fx + lx, -fx - lx, fx - lx], axis=-1)
+    dy = jnp.stack([fy + ly, -fy + ly, -fy - ly, fy - ly], axis=-1)
+    return xy[..., None, :] + jnp.stack([dx, dy], axis=-1)
+
+
+def boxes_overlap(
+    xy_a: jax.Array, yaw_a: jax.Array, len_a: jax.Array, wid_a: jax.Array,
+    xy_b: jax.Array, yaw_b: jax.Array, len_b: jax.Array, wid_b: jax.Array,
+) -> jax.Array:
+    """Exact overlap of two oriented boxes by the separating-axis theorem.
+
+    Boxes that only touch (zero-area contact) do not overlap.
+
+    Args:
+      xy_*: (..., 2); yaw_*, len_*, wid_*: (...,), broadcast against each other.
+    Returns:
+      (...,) bool.
+    """
+    ca, sa = jnp.cos(yaw_a), jnp.sin(yaw_a)
+    cb, sb = jnp.cos(yaw_b), jnp.sin(yaw_b)
+    dx = xy_b[..., 0] - xy_a[..., 0]
+    dy = xy_b[..., 1] - xy_a[..., 1]
+    ha, wa = 0.5 * len_a, 0.5 * wid_a
+    hb, wb = 0.5 * len_b, 0.5 * wid_b
+    # Cosines between the four axes: a's heading/left against b's heading/left.
+    cos_d = jnp.abs(ca * cb + sa * sb)  # |u_a . u_b| = |v_a . v_b|
+    sin_d = jnp.abs(sa * cb - ca * sb)  # |u_a . v_b| = |v_a . u_b|
+    # Projections of the centre offset on each axis, against the sum of the
+    # projected half-extents; a strict inequality is a separating axis.
+    sep_ua = jnp.abs(dx * ca + dy * sa) >= ha + hb * cos_d + wb * sin_d
+    sep_va = jnp.abs(-dx * sa + dy * ca) >= wa + hb * sin_d + wb * cos_d
+    sep_ub = jnp.abs(dx * cb + dy * sb) >= hb + ha * cos_d + wa * sin_d
+    sep_vb = jnp.abs(-dx * sb + dy * cb) >= wb + ha * sin_d + wa * cos_d
+    return ~(sep_ua | sep_va | sep_ub | sep_vb)
+
+
+def pairwise_overlap(
+    xy: jax.Array, yaw: jax.Array, length: jax.Array, width: jax.Array, valid: jax.Array
+) -> jax.Array:
+    """All-pairs box overlap among one scene's agents.
+
+    Args:
+      xy: (A, 2); yaw, length, width: (A,); valid: (A,) bool.
+    Returns:
+      (A, A) bool, symmetric, False on the diagonal and for invalid agents.
+    """
+    a = lambda x: x[:, None]
+    b = lambda x: x[None, :]
+    hit = boxes_overlap(
+        xy[:, None, :], a(yaw), a(length), a(width),
+        xy[None, :, :], b(yaw), b(length), b(width),
+    )
+    n = xy.shape[0]
+    return hit & a(valid) & b(valid) & ~jnp.eye(n, dtype=bool)
+
+
+def segment_distance(p: jax.Array, a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Distance from points to segments, and the side of the segment's line.
+
+    Args:
+      p: (..., 2) query points; a, b: (..., 2) segment ends (broadcast).
+    Returns:
+      dist: (...,) Euclidean distance to the closed segment.
+      cross: (...,) cross(b - a, p - a) / |b - a|: > 0 left of a->b, < 0 right
+        (the signed distance to the segment's supporting line).
+    """
+    ab = b - a
+    ap = p - a
+    len2 = jnp.sum(ab * ab, axis=-1)
+    safe_len2 = jnp.where(len2 > 0, len2, 1.0)
+    t = jnp.clip(jnp.sum(ap * ab, axis=-1) / safe_len2, 0.0, 1.0)
+    closest = a + t[..., None] * ab
+    diff = p - closest
+    dist = jnp.sqrt(jnp.sum(diff * diff, axis=-1))
+    cross = (ab[..., 0] * ap[..., 1] - ab[..., 1] * ap[..., 0]) / jnp.sqrt(safe_len2)
+    return dist, cross
+
+
+def signed_distance_to_edges(
+    points: jax.Array, seg_start: jax.Array, seg_end: jax.Array, seg_valid: jax.Array
+) -> jax.Array:
+    """Signed distance from points to road edges: > 0 off-road, < 0 on-road.
+
+    The magnitude is the distance to the nearest valid edge segment; the sign is the
+    side of that segment (right = off-road). Where the nearest point is a vertex shared
+    by two segments (a tie in distance), the segment on whose supporting line the point
+    lies farthest decides: the segment whose normal is closest to the offset direction.
+    That picks the correct side at both convex and reflex polyline corners.
+
+    Args:
+      points: (..., 2).
+      seg_start, seg_end: (..., E, 2) candidate edge segments per point (broadcast).
+      seg_valid: (..., E) bool.
+    Returns:
+      (...,) float32; ``NO_EDGE_DISTANCE`` (deeply on-road) where no segment is valid.
+    """
+    dist, cross = segment_distance(points[..., None, :], seg_start, seg_end)
+    big = jnp.float32(1e30)
+    dist = jnp.where(seg_valid, dist, big)
+    dmin = jnp.min(dist, axis=-1, keepdims=True)
+    tied = dist <= dmin + _TIE_EPS
+    score = jnp.where(tied, jnp.abs(cross), -1.0)
+    best = jnp.argmax(score, axis=-1)
+    side = jnp.take_along_axis(cross, best[..., None], axis=-1)[..., 0]
+    signed = jnp.where(side < 0, dmin[..., 0], -dmin[..., 0])
+    return jnp.where(jnp.any(seg_valid, axis=-1), signed, NO_EDGE_DISTANCE)
+
+
+def within_radius(xy: jax.Array, target: jax.Array, radius: float | jax.Array) -> jax.Array:
+    """(..., 2), (..., 2) -> (...,) bool: ``|xy - target| <= radius``."""
+    d = xy - target
+    return jnp.sum(d * d, axis=-1) <= jnp.square(radius)
+
+
+def to_local(xy: jax.Array, origin: jax.Array, yaw: jax.Array) -> jax.Array:
+    """World points into the frame at ``origin`` with heading ``yaw`` (x forward, y left).
+
+    Args:
+      xy: (..., 2); origin: (..., 2); yaw: (...,) (broadcast against ``xy``).
+    Returns:
+      (..., 2).
+    """
+    c, s = jnp.cos(yaw), jnp.sin(yaw)
+    d = xy - origin
+    return jnp.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]], axis=-1)
+
+
+def rotate_to_local(vec: jax.Array, yaw: jax.Array) -> jax.Array:
+    """World vectors (..., 2) rotated into a frame with heading ``yaw`` (...,)."""
+    c, s = jnp.cos(yaw), jnp.sin(yaw)
+    return jnp.stack(
+        [c * vec[..., 0] + s * vec[..., 1], -s * vec[..., 0] + c * vec[..., 1]], axis=-1
+    )
+
+
+def wrap_angle(angle: jax.Array) -> jax.Array:
+    """Wrap to [-pi, pi)."""
+    return (angle + jnp.pi) % (2.0 * jnp.pi) - jnp.pi

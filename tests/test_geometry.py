@@ -1,0 +1,281 @@
+"""Geometry against shapely (an independent float64 reference) on >= 10,000 random cases."""
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+shapely = pytest.importorskip("shapely")
+from shapely.geometry import Point, Polygon  # noqa: E402
+
+from jaxdrive.sim import geometry, road_index  # noqa: E402
+from jaxdrive.types import Roadgraph, RoadType  # noqa: E402
+
+# Cases whose float64 reference margin is below this are ambiguous in float32
+# (touching boxes, points on an edge); they are counted and must stay rare.
+AMBIGUOUS = 1e-4
+
+
+def _corners_np(x, y, yaw, length, width):
+    c, s = np.cos(yaw), np.sin(yaw)
+    hl, hw = length / 2, width / 2
+    local = np.array([[hl, hw], [-hl, hw], [-hl, -hw], [hl, -hw]])
+    rot = np.array([[c, -s], [s, c]])
+    return local @ rot.T + np.array([x, y])
+
+
+overlap_jit = jax.jit(geometry.boxes_overlap)
+
+
+def test_box_corners_hand_computed():
+    # Box at (1, 2), yaw = 90 deg, length 4, width 2: heading is +y, so the front-left
+    # corner is (1 - 1, 2 + 2) = (0, 4), rear-left (0, 0), rear-right (2, 0),
+    # front-right (2, 4).
+    c = geometry.box_corners(jnp.array([1.0, 2.0]), jnp.float32(np.pi / 2), 4.0, 2.0)
+    np.testing.assert_allclose(c, [[0, 4], [0, 0], [2, 0], [2, 4]], atol=1e-6)
+
+
+def test_boxes_overlap_matches_shapely_on_10000_pairs():
+    rng = np.random.default_rng(0)
+    n = 10_000
+    xy_a = rng.uniform(-3, 3, (n, 2))
+    xy_b = rng.uniform(-3, 3, (n, 2))
+    yaw_a, yaw_b = rng.uniform(-np.pi, np.pi, (2, n))
+    len_a, len_b = rng.uniform(0.5, 6.0, (2, n))
+    wid_a, wid_b = rng.uniform(0.3, 3.0, (2, n))
+    got = np.asarray(
+        overlap_jit(
+            jnp.asarray(xy_a, jnp.float32), jnp.asarray(yaw_a, jnp.float32),
+            jnp.asarray(len_a, jnp.float32), jnp.asarray(wid_a, jnp.float32),
+            jnp.asarray(xy_b, jnp.float32), jnp.asarray(yaw_b, jnp.float32),
+            jnp.asarray(len_b, jnp.float32), jnp.asarray(wid_b, jnp.float32),
+        )
+    )
+    disagree, ambiguous, positives = 0, 0, 0
+    for i in range(n):
+        pa = Polygon(_corners_np(*xy_a[i], yaw_a[i], len_a[i], wid_a[i]))
+        pb = Polygon(_corners_np(*xy_b[i], yaw_b[i], len_b[i], wid_b[i]))
+        inter = pa.intersection(pb).area
+        ref = inter > 0
+        positives += ref
+        # Ambiguous in float32: barely touching, or a corner grazing the other box.
+        if (0 < inter < 1e-8) or (inter == 0 and pa.distance(pb) < 1e-5):
+            ambiguous += 1
+            continue
+        disagree += bool(got[i]) != ref
+    assert disagree == 0, f"{disagree} disagreements with shapely out of {n}"
+    assert ambiguous < n // 1000
+    assert 0.2 * n < positives < 0.8 * n  # both outcomes well represented
+
+
+def test_pairwise_overlap_masks_self_and_invalid():
+    # Three unit boxes: 0 and 1 overlap (centres 0.5 m apart), 2 is far away but
+    # would overlap 0 if it were valid and placed there; we place it on 0 and mark it
+    # invalid, so only the (0, 1) pair remains.
+    xy = jnp.array([[0.0, 0.0], [0.5, 0.0], [0.0, 0.0]])
+    ones = jnp.ones(3)
+    valid = jnp.array([True, True, False])
+    hit = jax.jit(geometry.pairwise_overlap)(xy, jnp.zeros(3), ones, ones, valid)
+    expected = np.array([[0, 1, 0], [1, 0, 0], [0, 0, 0]], bool)
+    np.testing.assert_array_equal(hit, expected)
+
+
+def _star_polygon(rng, n_min=8, n_max=20, r_min=5.0, r_max=20.0):
+    # Jittered even angles keep every gap below 90 degrees, so each edge stays at least
+    # r_min * cos(45 deg) from the origin and a hole of radius < 3 never touches it.
+    n = int(rng.integers(n_min, n_max + 1))
+    ang = (np.arange(n) + rng.uniform(0.0, 0.8, n)) * (2 * np.pi / n)
+    rad = rng.uniform(r_min, r_max, n)
+    return np.stack([rad * np.cos(ang), rad * np.sin(ang)], axis=1)  # counter-clockwise
+
+
+def _roadgraph_from_rings(rings, num_points):
+    """Closed rings (each (n, 2)) -> a padded Roadgraph of ROAD_EDGE polylines.
+
+    Each ring is split into two polylines sharing their end vertices, so ties at
+    vertices shared between different polylines are exercised too.
+    """
+    xy, ids = [], []
+    pid = 0
+    for ring in rings:
+        closed = np.concatenate([ring, ring[:1]], axis=0)
+        half = len(ring) // 2
+        for part in (closed[: half + 1], closed[half:]):
+            xy.append(part)
+            ids.append(np.full(len(part), pid))
+            pid += 1
+    xy = np.concatenate(xy)
+    ids = np.concatenate(ids)
+    n = len(xy)
+    assert n <= num_points
+    pad = num_points - n
+    d = np.zeros_like(xy)
+    same = ids[1:] == ids[:-1]
+    seg = xy[1:] - xy[:-1]
+    d[:-1][same] = seg[same] / np.linalg.norm(seg[same], axis=1, keepdims=True)
+    return Roadgraph(
+        xy=jnp.asarray(np.pad(xy, ((0, pad), (0, 0))), jnp.float32),
+        dir=jnp.asarray(np.pad(d, ((0, pad), (0, 0))), jnp.float32),
+        type=jnp.asarray(np.pad(np.full(n, RoadType.ROAD_EDGE), (0, pad)), jnp.int32),
+        id=jnp.asarray(np.pad(ids, (0, pad), constant_values=-1), jnp.int32),
+        valid=jnp.asarray(np.arange(num_points) < n),
+    )
+
+
+NUM_POLYGONS = 50
+POINTS_PER_POLYGON = 200
+MAX_POINTS = 64
+
+
+@functools.lru_cache(maxsize=1)
+def _polygon_cases():
+    rng = np.random.default_rng(1)
+    cases = []
+    for k in range(NUM_POLYGONS):
+        shell = _star_polygon(rng)
+        rings, holes = [shell], []
+        if k % 2 == 0:  # a clockwise hole: drivable area is outside it (on its left)
+            hole = _star_polygon(rng, 3, 8, 1.0, 3.0)[::-1]
+            rings.append(hole)
+            holes.append(hole)
+        poly = Polygon(shell, holes)
+        assert poly.is_valid
+        pts = rng.uniform(-22, 22, (POINTS_PER_POLYGON, 2))
+        cases.append((_roadgraph_from_rings(rings, MAX_POINTS), poly, pts))
+    return cases
+
+
+def _brute_force_signed(rg, pts):
+    seg = rg.segment_mask()
+    a = rg.xy
+    b = jnp.concatenate([rg.xy[1:], rg.xy[-1:]])
+    return geometry.signed_distance_to_edges(pts, a[None], b[None], seg[None])
+
+
+brute_force_jit = jax.jit(jax.vmap(_brute_force_signed))
+
+
+def test_signed_distance_matches_shapely_on_10000_points():
+    cases = _polygon_cases()
+    rgs = jax.tree.map(lambda *x: jnp.stack(x), *[c[0] for c in cases])
+    pts = jnp.asarray(np.stack([c[2] for c in cases]), jnp.float32)
+    got = np.asarray(brute_force_jit(rgs, pts))
+    disagree = ambiguous = outside = 0
+    for k, (_, poly, p) in enumerate(cases):
+        for i, q in enumerate(p):
+            pt = Point(q)
+            ref_dist = poly.boundary.distance(pt)
+            if ref_dist < AMBIGUOUS:
+                ambiguous += 1
+                continue
+            ref_off = not poly.contains(pt)
+            outside += ref_off
+            disagree += bool(got[k, i] > 0) != ref_off
+            assert abs(abs(got[k, i]) - ref_dist) < 1e-3, (k, i, got[k, i], ref_dist)
+    total = NUM_POLYGONS * POINTS_PER_POLYGON
+    assert total >= 10_000
+    assert disagree == 0, f"{disagree} sign disagreements with shapely out of {total}"
+    assert ambiguous < total // 1000
+    assert 0.2 * total < outside < 0.8 * total
+
+
+index_cfg = road_index.RoadIndexConfig(grid_size=8, road_per_cell=16, edges_per_cell=32)
+build_jit = jax.jit(jax.vmap(functools.partial(road_index.build_road_index, config=index_cfg)))
+
+
+def _grid_offroad(idx, rg, pts):
+    return road_index.offroad_distance(idx, rg, pts)
+
+
+grid_offroad_jit = jax.jit(jax.vmap(_grid_offroad))
+
+
+def test_grid_offroad_equals_brute_force_and_shapely():
+    cases = _polygon_cases()
+    rgs = jax.tree.map(lambda *x: jnp.stack(x), *[c[0] for c in cases])
+    pts = jnp.asarray(np.stack([c[2] for c in cases]) * 0.9, jnp.float32)
+    idx = build_jit(rgs)
+    assert int(jnp.sum(idx.edge_overflow)) == 0
+    grid = np.asarray(grid_offroad_jit(idx, rgs, pts))
+    brute = np.asarray(brute_force_jit(rgs, pts))
+    inside = np.isfinite(grid)
+    assert inside.mean() > 0.9
+    np.testing.assert_allclose(grid[inside], brute[inside], atol=1e-5)
+    # Beyond the grid (> 10 m from every edge point) everything is off-road.
+    assert np.all(brute[~inside] > 0)
+
+
+def test_is_offroad_box_corners_vs_shapely():
+    cases = _polygon_cases()
+    rng = np.random.default_rng(2)
+    n_box = 200
+    rgs = jax.tree.map(lambda *x: jnp.stack(x), *[c[0] for c in cases])
+    idx = build_jit(rgs)
+    xy = rng.uniform(-18, 18, (NUM_POLYGONS, n_box, 2))
+    yaw = rng.uniform(-np.pi, np.pi, (NUM_POLYGONS, n_box))
+    length = rng.uniform(1.0, 6.0, (NUM_POLYGONS, n_box))
+    width = rng.uniform(0.5, 2.5, (NUM_POLYGONS, n_box))
+    f = jax.jit(jax.vmap(road_index.is_offroad))
+    got = np.asarray(
+        f(idx, rgs, jnp.asarray(xy, jnp.float32), jnp.asarray(yaw, jnp.float32),
+          jnp.asarray(length, jnp.float32), jnp.asarray(width, jnp.float32))
+    )
+    disagree = ambiguous = 0
+    for k, (_, poly, _) in enumerate(cases):
+        for i in range(n_box):
+            corners = _corners_np(*xy[k, i], yaw[k, i], length[k, i], width[k, i])
+            if min(poly.boundary.distance(Point(c)) for c in corners) < AMBIGUOUS:
+                ambiguous += 1
+                continue
+            ref = any(not poly.contains(Point(c)) for c in corners)
+            disagree += bool(got[k, i]) != ref
+    assert NUM_POLYGONS * n_box >= 10_000
+    assert disagree == 0
+    assert ambiguous < 10
+
+
+def test_outside_grid_is_offroad_and_no_edges_is_onroad():
+    (rg, _, _), = _polygon_cases()[:1]
+    idx = road_index.build_road_index(rg, index_cfg)
+    far = jnp.array([[1e4, 1e4]], jnp.float32)
+    assert float(road_index.offroad_distance(idx, rg, far)[0]) > 0
+    no_edges = rg.replace(type=jnp.full_like(rg.type, RoadType.LANE_CENTER))
+    idx2 = road_index.build_road_index(no_edges, index_cfg)
+    assert not bool(idx2.has_edges)
+    d = road_index.offroad_distance(idx2, no_edges, jnp.array([[0.0, 0.0], [1e4, 0]]))
+    assert np.all(np.asarray(d) < 0)
+
+
+def test_road_lists_are_nearest_to_cell_centre():
+    (rg, _, _), = _polygon_cases()[:1]
+    idx = road_index.build_road_index(rg, index_cfg)
+    g = index_cfg.grid_size
+    xy = np.asarray(rg.xy)[np.asarray(rg.valid)]
+    for c in [0, g * g // 2 + 3, g * g - 1]:
+        centre = np.asarray(idx.origin) + float(idx.cell_size) * (np.array([c // g, c % g]) + 0.5)
+        d = np.linalg.norm(xy - centre, axis=1)
+        want = np.sort(d)[: index_cfg.road_per_cell]
+        got_idx = np.asarray(idx.road[c])
+        got = np.linalg.norm(np.asarray(rg.xy)[got_idx[got_idx >= 0]] - centre, axis=1)
+        np.testing.assert_allclose(got, want[: len(got)], rtol=1e-5, atol=1e-4)
+
+
+def test_geometry_traces_once():
+    f = chex.assert_max_traces(geometry.pairwise_overlap, n=1)
+    f = jax.jit(f)
+    for seed in range(2):
+        xy = jax.random.normal(jax.random.key(seed), (4, 2))
+        f(xy, jnp.zeros(4), jnp.ones(4), jnp.ones(4), jnp.ones(4, bool))
+
+
+def test_within_radius_and_frames():
+    # A point 3 m ahead and 4 m left of an agent at (1, 1) heading +y (yaw = pi/2) is at
+    # world (1 - 4, 1 + 3) = (-3, 4); it is 5 m away.
+    local = geometry.to_local(jnp.array([-3.0, 4.0]), jnp.array([1.0, 1.0]), np.pi / 2)
+    np.testing.assert_allclose(local, [3.0, 4.0], atol=1e-6)
+    assert bool(geometry.within_radius(jnp.array([-3.0, 4.0]), jnp.array([1.0, 1.0]), 5.0))
+    assert not bool(geometry.within_radius(jnp.array([-3.0, 4.0]), jnp.array([1.0, 1.0]), 4.99))
+    np.testing.assert_allclose(geometry.wrap_angle(jnp.float32(3 * np.pi / 2)), -np.pi / 2)
