@@ -1,0 +1,493 @@
+"""Agent dynamics: a kinematic bicycle model and a local-frame delta model, one interface.
+
+Every function is pure JAX and written for arbitrary leading shapes ``(..., A)``, so it
+works unbatched, under ``jax.vmap`` over environments and under ``jax.jit``. All float
+outputs are float32.
+
+Interface (``DynamicsModel``): a frozen, hashable dataclass per model (safe to close over or
+pass as a static jit argument) with
+
+- ``name: str``, ``action_dim: int``, ``num_actions: int`` (discrete grid size);
+- ``step(state, action, length) -> AgentState``: ``action`` (..., A, action_dim) float32 is
+  clipped to ``[action_low, action_high]``; ``valid`` is passed through unchanged and every
+  slot is stepped (masking invalid or non-controlled slots is the caller's job);
+- ``action_grid() -> (num_actions, action_dim)``: the Cartesian product of per-component bins
+  (first component varies slowest, so ``index = i0 * n1 * n2 + i1 * n2 + i2``);
+- ``action_low`` / ``action_high``: (action_dim,) float32 bounds of continuous actions;
+- ``inverse(prev, next_xy, next_yaw, next_speed, length) -> (..., A, action_dim)``: the
+  continuous action that best reproduces a logged transition.
+
+Models:
+
+- ``"bicycle"`` (``BicycleModel``): action ``(accel m/s^2, steer rad)``; see ``BicycleModel``.
+- ``"delta_local"`` (``DeltaLocalModel``): action ``(dx m, dy m, dyaw rad)`` per step in the
+  agent's frame; see ``DeltaLocalModel``.
+
+New models are added with ``register(name, factory)``; ``make_dynamics(config)`` builds the
+one named by ``DynamicsConfig.model``. ``apply_action`` steps with either discrete indices or
+continuous actions according to ``DynamicsConfig.action_space``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int, check_range
+from jaxdrive.types import AgentState
+
+F32 = jnp.float32
+
+ACTION_SPACES = ("discrete", "continuous")
+
+# Floor on the box length used for the wheelbase: padded slots carry length 0, and the yaw
+# rate divides by the rear-axle distance.
+MIN_LENGTH = 0.1
+# Below this |average speed| (m/s) the yaw change says nothing about the steering angle, so
+# ``BicycleModel.inverse`` returns steer 0 there.
+MIN_INVERSE_SPEED = 1e-3
+
+
+def wrap_angle(angle: jax.Array) -> jax.Array:
+    """Wrap angles (any shape) to ``(-pi, pi]``."""
+    angle = jnp.asarray(angle, F32)
+    pi = jnp.asarray(math.pi, F32)
+    out = pi - jnp.mod(pi - angle, 2 * pi)
+    # float32 rounding can make the mod return exactly 2*pi, i.e. out == -pi.
+    return jnp.where(out <= -pi, out + 2 * pi, out)
+
+
+def bins(low: float, high: float, n: int) -> np.ndarray:
+    """(n,) float32 bin values from ``low`` to ``high`` inclusive, containing 0 if straddled.
+
+    For ``low < 0 < high`` (``n`` odd) the ``n // 2`` negative bins are evenly spaced on
+    ``[low, 0)`` and the ``n // 2`` positive ones on ``(0, high]``, so 0 is a bin even for
+    an asymmetric range; for a symmetric range this equals ``linspace(low, high, n)``.
+    """
+    if low < 0 < high:
+        if n % 2 != 1 or n < 3:
+            raise ValueError(f"a range straddling 0 needs an odd bin count >= 3, got {n}")
+        half = n // 2
+        neg = np.linspace(low, 0.0, half + 1)
+        pos = np.linspace(0.0, high, half + 1)[1:]
+        out = np.concatenate([neg, pos])
+    else:
+        out = np.linspace(low, high, n)
+    return out.astype(np.float32)
+
+
+def _grid(*axes: np.ndarray) -> jax.Array:
+    """Cartesian product (first axis slowest) as a (prod(n_i), len(axes)) float32 array."""
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return jnp.asarray(np.stack([m.reshape(-1) for m in mesh], axis=-1), F32)
+
+
+def _check_bins(name: str, value) -> None:
+    check_int(name, value, 3, 1001)
+    if value % 2 != 1:
+        raise ConfigError(
+            f"config key '{name}' = {value} must be odd so that the zero action is a bin."
+        )
+
+
+def _check_action(action: jax.Array, state: AgentState, action_dim: int, who: str) -> None:
+    expected = tuple(state.yaw.shape) + (action_dim,)
+    if tuple(action.shape) != expected:
+        raise ValueError(
+            f"{who}: action has shape {tuple(action.shape)}, expected (..., A, action_dim) = "
+            f"{expected} float32 (state yaw shape {tuple(state.yaw.shape)}, "
+            f"action_dim={action_dim})."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicsConfig(ConfigBase):
+    """Dynamics model, time step, action space and action limits.
+
+    Attributes:
+      model: registered model name, ``"bicycle"`` or ``"delta_local"``.
+      dt: step length, seconds.
+      action_space: ``"discrete"`` (int index into ``action_grid()``) or ``"continuous"``.
+      max_accel: bicycle: largest acceleration, m/s^2 (> 0).
+      min_accel: bicycle: smallest acceleration, i.e. hardest braking, m/s^2 (< 0).
+      max_steer: bicycle: steering angle limit, rad; steer is clipped to ``+-max_steer``.
+      max_speed: bicycle: forward speed limit, m/s.
+      max_reverse_speed: bicycle: reverse speed limit, m/s (>= 0); speed is clipped to
+        ``[-max_reverse_speed, max_speed]``. The default 0 means no reversing: braking
+        stops the agent.
+      accel_bins, steer_bins: bicycle: discrete bins per component (odd, >= 3).
+      max_dx, max_dy: delta_local: longitudinal / lateral displacement limit per step, m;
+        dx is clipped to ``+-max_dx``, dy to ``+-max_dy``.
+      max_dyaw: delta_local: yaw change limit per step, rad.
+      dx_bins, dy_bins, dyaw_bins: delta_local: discrete bins per component (odd, >= 3).
+    """
+
+    model: str = "bicycle"
+    dt: float = 0.1
+    action_space: str = "discrete"
+    max_accel: float = 4.0
+    min_accel: float = -6.0
+    max_steer: float = 0.6
+    max_speed: float = 30.0
+    max_reverse_speed: float = 0.0
+    accel_bins: int = 7
+    steer_bins: int = 13
+    max_dx: float = 3.0
+    max_dy: float = 0.5
+    max_dyaw: float = 0.3
+    dx_bins: int = 21
+    dy_bins: int = 5
+    dyaw_bins: int = 11
+
+    def __post_init__(self):
+        check_choice("model", self.model, tuple(DYNAMICS_MODELS))
+        check_choice("action_space", self.action_space, ACTION_SPACES)
+        check_range("dt", self.dt, 0.0, 10.0, lo_open=True)
+        check_range("max_accel", self.max_accel, 0.0, 100.0, lo_open=True)
+        check_range("min_accel", self.min_accel, -100.0, 0.0)
+        if self.min_accel >= 0:
+            raise ConfigError(
+                f"config key 'min_accel' = {self.min_accel!r} must be negative (it is the "
+                "hardest braking, e.g. -6.0)."
+            )
+        # tan(steer) diverges at pi/2.
+        check_range("max_steer", self.max_steer, 0.0, 1.5, lo_open=True)
+        check_range("max_speed", self.max_speed, 0.0, 200.0, lo_open=True)
+        check_range("max_reverse_speed", self.max_reverse_speed, 0.0, 200.0)
+        check_range("max_dx", self.max_dx, 0.0, 100.0, lo_open=True)
+        check_range("max_dy", self.max_dy, 0.0, 100.0, lo_open=True)
+        check_range("max_dyaw", self.max_dyaw, 0.0, math.pi, lo_open=True)
+        for name in ("accel_bins", "steer_bins", "dx_bins", "dy_bins", "dyaw_bins"):
+            _check_bins(name, getattr(self, name))
+
+
+class DynamicsModel(Protocol):
+    """What every registered dynamics model provides (see the module docstring)."""
+
+    name: str
+    action_dim: int
+
+    @property
+    def num_actions(self) -> int: ...
+
+    @property
+    def action_low(self) -> jax.Array: ...
+
+    @property
+    def action_high(self) -> jax.Array: ...
+
+    def action_grid(self) -> jax.Array: ...
+
+    def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState: ...
+
+    def inverse(
+        self, prev: AgentState, next_xy: jax.Array, next_yaw: jax.Array,
+        next_speed: jax.Array, length: jax.Array,
+    ) -> jax.Array: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BicycleModel:
+    """Kinematic bicycle model about the box centre; action ``(accel, steer)``.
+
+    Geometry: the reference point is the box centre and both axles are taken at the box
+    ends, ``lf = lr = length / 2`` (length floored at ``MIN_LENGTH``), so the slip angle is
+    ``beta = atan(lr / (lf + lr) * tan(steer)) = atan(tan(steer) / 2)``.
+
+    Update with ``v0 = state.speed``, ``a``/``steer`` the clipped action:
+
+    - ``v1 = clip(v0 + a dt, -max_reverse_speed, max_speed)``;
+    - ``v = (v0 + v1) / 2`` (trapezoidal: exact displacement for straight motion under
+      constant acceleration, and the speed that ``inverse`` can recover);
+    - ``x' = x + v cos(yaw + beta) dt``, ``y' = y + v sin(yaw + beta) dt``;
+    - ``yaw' = wrap(yaw + v / lr * sin(beta) dt)`` in ``(-pi, pi]``.
+
+    ``vel' = v1 * (cos yaw', sin yaw')`` lies along the heading (not the slip direction), so
+    ``state.speed`` returns ``v1`` exactly. ``steer`` and ``accel`` store the clipped
+    action (``accel`` as commanded, even when the speed limit cuts it).
+    """
+
+    dt: float = 0.1
+    max_accel: float = 4.0
+    min_accel: float = -6.0
+    max_steer: float = 0.6
+    max_speed: float = 30.0
+    max_reverse_speed: float = 0.0
+    accel_bins: int = 7
+    steer_bins: int = 13
+
+    name = "bicycle"
+    action_dim = 2
+
+    @classmethod
+    def from_config(cls, config: DynamicsConfig) -> BicycleModel:
+        return cls(
+            dt=config.dt, max_accel=config.max_accel, min_accel=config.min_accel,
+            max_steer=config.max_steer, max_speed=config.max_speed,
+            max_reverse_speed=config.max_reverse_speed,
+            accel_bins=config.accel_bins, steer_bins=config.steer_bins,
+        )
+
+    @property
+    def num_actions(self) -> int:
+        return self.accel_bins * self.steer_bins
+
+    @property
+    def action_low(self) -> jax.Array:
+        """(2,) float32: ``(min_accel, -max_steer)``."""
+        return jnp.asarray([self.min_accel, -self.max_steer], F32)
+
+    @property
+    def action_high(self) -> jax.Array:
+        """(2,) float32: ``(max_accel, max_steer)``."""
+        return jnp.asarray([self.max_accel, self.max_steer], F32)
+
+    def action_grid(self) -> jax.Array:
+        """(accel_bins * steer_bins, 2) float32, accel varying slowest."""
+        return _grid(
+            bins(self.min_accel, self.max_accel, self.accel_bins),
+            bins(-self.max_steer, self.max_steer, self.steer_bins),
+        )
+
+    def _speeds(self, v0: jax.Array, accel: jax.Array) -> tuple[jax.Array, jax.Array]:
+        v1 = jnp.clip(v0 + accel * self.dt, -self.max_reverse_speed, self.max_speed)
+        return v1, 0.5 * (v0 + v1)
+
+    def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState:
+        """Advance one step.
+
+        Args:
+          state: ``AgentState`` with (..., A) leading shape.
+          action: (..., A, 2) ``(accel m/s^2, steer rad)``, clipped to the limits.
+          length: (..., A) box length, metres.
+
+        Returns:
+          The next ``AgentState`` (same shapes, float32, ``valid`` unchanged).
+        """
+        action = jnp.asarray(action, F32)
+        _check_action(action, state, self.action_dim, "BicycleModel.step")
+        action = jnp.clip(action, self.action_low, self.action_high)
+        accel, steer = action[..., 0], action[..., 1]
+        yaw = jnp.asarray(state.yaw, F32)
+        lr = 0.5 * jnp.maximum(jnp.asarray(length, F32), MIN_LENGTH)
+        v1, v = self._speeds(state.speed.astype(F32), accel)
+        beta = jnp.arctan(0.5 * jnp.tan(steer))
+        heading = yaw + beta
+        xy = state.xy.astype(F32) + (v * self.dt)[..., None] * jnp.stack(
+            [jnp.cos(heading), jnp.sin(heading)], axis=-1
+        )
+        new_yaw = wrap_angle(yaw + v / lr * jnp.sin(beta) * self.dt)
+        vel = v1[..., None] * jnp.stack([jnp.cos(new_yaw), jnp.sin(new_yaw)], axis=-1)
+        return AgentState(
+            xy=xy, yaw=new_yaw, vel=vel, steer=steer, accel=accel, valid=state.valid
+        )
+
+    def inverse(
+        self, prev: AgentState, next_xy: jax.Array, next_yaw: jax.Array,
+        next_speed: jax.Array, length: jax.Array,
+    ) -> jax.Array:
+        """Closed-form ``(accel, steer)`` estimate of a logged transition, (..., A, 2).
+
+        ``accel = clip((next_speed - prev.speed) / dt)``; the steer is the one whose yaw
+        rate over the step reproduces ``wrap(next_yaw - prev.yaw)`` at the average speed
+        the clipped accel yields: ``sin(beta) = dyaw * lr / (v dt)``, ``steer =
+        atan(2 tan(beta))``, clipped; 0 where ``|v| < MIN_INVERSE_SPEED``. ``next_xy`` is
+        not used: for a transition the model can produce, stepping with the result
+        reproduces it up to float32 rounding.
+        """
+        del next_xy
+        v0 = prev.speed.astype(F32)
+        accel = (jnp.asarray(next_speed, F32) - v0) / self.dt
+        accel = jnp.clip(accel, self.min_accel, self.max_accel)
+        _, v = self._speeds(v0, accel)
+        lr = 0.5 * jnp.maximum(jnp.asarray(length, F32), MIN_LENGTH)
+        dyaw = wrap_angle(jnp.asarray(next_yaw, F32) - prev.yaw.astype(F32))
+        moving = jnp.abs(v) >= MIN_INVERSE_SPEED
+        safe_v = jnp.where(moving, v, 1.0)
+        sin_beta = jnp.clip(dyaw * lr / (safe_v * self.dt), -0.999, 0.999)
+        steer = jnp.arctan(2.0 * jnp.tan(jnp.arcsin(sin_beta)))
+        steer = jnp.where(moving, jnp.clip(steer, -self.max_steer, self.max_steer), 0.0)
+        return jnp.stack([accel, steer], axis=-1).astype(F32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaLocalModel:
+    """Local-frame displacement model; action ``(dx, dy, dyaw)`` per step.
+
+    ``xy' = xy + R(yaw) @ (dx, dy)`` (rotation by the current yaw, so ``dx`` is along the
+    heading and ``dy`` to the left), ``yaw' = wrap(yaw + dyaw)``, ``vel' = (xy' - xy) / dt``
+    (world frame). ``steer`` and ``accel`` are set to 0: this model has neither. The
+    length is unused.
+    """
+
+    dt: float = 0.1
+    max_dx: float = 3.0
+    max_dy: float = 0.5
+    max_dyaw: float = 0.3
+    dx_bins: int = 21
+    dy_bins: int = 5
+    dyaw_bins: int = 11
+
+    name = "delta_local"
+    action_dim = 3
+
+    @classmethod
+    def from_config(cls, config: DynamicsConfig) -> DeltaLocalModel:
+        return cls(
+            dt=config.dt, max_dx=config.max_dx, max_dy=config.max_dy,
+            max_dyaw=config.max_dyaw, dx_bins=config.dx_bins, dy_bins=config.dy_bins,
+            dyaw_bins=config.dyaw_bins,
+        )
+
+    @property
+    def num_actions(self) -> int:
+        return self.dx_bins * self.dy_bins * self.dyaw_bins
+
+    @property
+    def action_high(self) -> jax.Array:
+        """(3,) float32: ``(max_dx, max_dy, max_dyaw)``."""
+        return jnp.asarray([self.max_dx, self.max_dy, self.max_dyaw], F32)
+
+    @property
+    def action_low(self) -> jax.Array:
+        """(3,) float32: ``-action_high``."""
+        return -self.action_high
+
+    def action_grid(self) -> jax.Array:
+        """(dx_bins * dy_bins * dyaw_bins, 3) float32, dx varying slowest."""
+        return _grid(
+            bins(-self.max_dx, self.max_dx, self.dx_bins),
+            bins(-self.max_dy, self.max_dy, self.dy_bins),
+            bins(-self.max_dyaw, self.max_dyaw, self.dyaw_bins),
+        )
+
+    def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState:
+        """Advance one step.
+
+        Args:
+          state: ``AgentState`` with (..., A) leading shape.
+          action: (..., A, 3) ``(dx m, dy m, dyaw rad)`` in the agent frame, clipped.
+          length: (..., A), unused (kept for the common interface).
+
+        Returns:
+          The next ``AgentState`` (same shapes, float32, ``valid`` unchanged).
+        """
+        del length
+        action = jnp.asarray(action, F32)
+        _check_action(action, state, self.action_dim, "DeltaLocalModel.step")
+        action = jnp.clip(action, self.action_low, self.action_high)
+        dx, dy, dyaw = action[..., 0], action[..., 1], action[..., 2]
+        yaw = jnp.asarray(state.yaw, F32)
+        c, s = jnp.cos(yaw), jnp.sin(yaw)
+        disp = jnp.stack([c * dx - s * dy, s * dx + c * dy], axis=-1)
+        zeros = jnp.zeros_like(yaw)
+        return AgentState(
+            xy=state.xy.astype(F32) + disp,
+            yaw=wrap_angle(yaw + dyaw),
+            vel=disp / self.dt,
+            steer=zeros,
+            accel=zeros,
+            valid=state.valid,
+        )
+
+    def inverse(
+        self, prev: AgentState, next_xy: jax.Array, next_yaw: jax.Array,
+        next_speed: jax.Array, length: jax.Array,
+    ) -> jax.Array:
+        """Exact ``(dx, dy, dyaw)`` of a transition, (..., A, 3), clipped to the limits.
+
+        ``(dx, dy) = R(-yaw) @ (next_xy - xy)``, ``dyaw = wrap(next_yaw - yaw)``;
+        ``next_speed`` and ``length`` are unused.
+        """
+        del next_speed, length
+        yaw = prev.yaw.astype(F32)
+        d = jnp.asarray(next_xy, F32) - prev.xy.astype(F32)
+        c, s = jnp.cos(yaw), jnp.sin(yaw)
+        dx = c * d[..., 0] + s * d[..., 1]
+        dy = -s * d[..., 0] + c * d[..., 1]
+        dyaw = wrap_angle(jnp.asarray(next_yaw, F32) - yaw)
+        action = jnp.stack([dx, dy, dyaw], axis=-1)
+        return jnp.clip(action, self.action_low, self.action_high).astype(F32)
+
+
+DynamicsFactory = Callable[[DynamicsConfig], DynamicsModel]
+
+DYNAMICS_MODELS: dict[str, DynamicsFactory] = {}
+
+
+def register(name: str, factory: DynamicsFactory) -> DynamicsFactory:
+    """Register ``factory(config) -> model`` under ``name``; duplicate names are errors."""
+    if name in DYNAMICS_MODELS:
+        raise ValueError(f"dynamics model '{name}' is already registered.")
+    DYNAMICS_MODELS[name] = factory
+    return factory
+
+
+register("bicycle", BicycleModel.from_config)
+register("delta_local", DeltaLocalModel.from_config)
+
+
+def make_dynamics(config: DynamicsConfig) -> DynamicsModel:
+    """Build the model named by ``config.model``."""
+    if config.model not in DYNAMICS_MODELS:
+        check_choice("model", config.model, tuple(DYNAMICS_MODELS))
+    return DYNAMICS_MODELS[config.model](config)
+
+
+def discrete_to_continuous(model: DynamicsModel, index: jax.Array) -> jax.Array:
+    """(..., A) int indices -> (..., A, action_dim) float32 grid actions.
+
+    Out-of-range indices are clipped to ``[0, num_actions - 1]``.
+    """
+    return jnp.take(model.action_grid(), jnp.asarray(index), axis=0, mode="clip")
+
+
+def apply_action(
+    model: DynamicsModel, config: DynamicsConfig, state: AgentState, action: jax.Array,
+    length: jax.Array,
+) -> AgentState:
+    """Step ``model`` with a discrete or continuous action per ``config.action_space``.
+
+    Args:
+      model: from ``make_dynamics(config)``.
+      config: its ``DynamicsConfig``.
+      state: ``AgentState`` with (..., A) leading shape.
+      action: ``"discrete"``: (..., A) integer indices into ``model.action_grid()``;
+        ``"continuous"``: (..., A, action_dim) floats.
+      length: (..., A) box length, metres.
+
+    Raises:
+      ValueError / TypeError at trace time for a wrong action shape / dtype.
+    """
+    action = jnp.asarray(action)
+    agents = tuple(state.yaw.shape)
+    if config.action_space == "discrete":
+        if not jnp.issubdtype(action.dtype, jnp.integer):
+            raise TypeError(
+                f"discrete action must be an integer array of shape (..., A) = {agents} "
+                f"(indices into the {model.num_actions}-action grid), got dtype {action.dtype}."
+            )
+        if tuple(action.shape) != agents:
+            raise ValueError(
+                f"discrete action has shape {tuple(action.shape)}, expected (..., A) = "
+                f"{agents} int32 indices."
+            )
+        action = discrete_to_continuous(model, action)
+    else:
+        if not jnp.issubdtype(action.dtype, jnp.floating):
+            raise TypeError(
+                f"continuous action must be a float32 array of shape (..., A, action_dim) = "
+                f"{agents + (model.action_dim,)}, got dtype {action.dtype}."
+            )
+        if tuple(action.shape) != agents + (model.action_dim,):
+            raise ValueError(
+                f"continuous action has shape {tuple(action.shape)}, expected "
+                f"(..., A, action_dim) = {agents + (model.action_dim,)} float32."
+            )
+    return model.step(state, action, length)
