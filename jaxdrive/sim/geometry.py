@@ -12,8 +12,9 @@ import jax.numpy as jnp
 
 # Signed distance reported when a query has no valid edge segment at all: "deep inside".
 NO_EDGE_DISTANCE = -1.0e6
-# Distances within this of the minimum count as ties at a shared polyline vertex.
-_TIE_EPS = 1.0e-5
+# Squared distances within these of the minimum count as ties at a shared vertex.
+_TIE_REL = 1.0e-5
+_TIE_ABS2 = 1.0e-10
 
 
 def heading(yaw: jax.Array) -> jax.Array:
@@ -129,16 +130,45 @@ def signed_distance_to_edges(
     Returns:
       (...,) float32; ``NO_EDGE_DISTANCE`` (deeply on-road) where no segment is valid.
     """
-    dist, cross = segment_distance(points[..., None, :], seg_start, seg_end)
-    big = jnp.float32(1e30)
-    dist = jnp.where(seg_valid, dist, big)
-    dmin = jnp.min(dist, axis=-1, keepdims=True)
-    tied = dist <= dmin + _TIE_EPS
+    d = seg_end - seg_start
+    length = jnp.sqrt(jnp.sum(d * d, axis=-1))
+    u = d / jnp.where(length > 0, length, 1.0)[..., None]
+    return signed_distance_to_segments(
+        points, seg_start[..., 0], seg_start[..., 1], u[..., 0], u[..., 1],
+        jnp.where(seg_valid, length, -1.0),
+    )
+
+
+def signed_distance_to_segments(
+    points: jax.Array, ax: jax.Array, ay: jax.Array, ux: jax.Array, uy: jax.Array,
+    length: jax.Array,
+) -> jax.Array:
+    """``signed_distance_to_edges`` on segments given as start, unit direction, length.
+
+    This is the hot form (no divisions, one square root per point); a negative
+    ``length`` marks an invalid segment.
+
+    Args:
+      points: (..., 2).
+      ax, ay, ux, uy, length: (..., E) each, broadcast against ``points[..., None, 0]``.
+    Returns:
+      (...,) float32.
+    """
+    px = points[..., 0, None] - ax
+    py = points[..., 1, None] - ay
+    along = px * ux + py * uy
+    cross = ux * py - uy * px  # > 0: left of the segment's line
+    excess = along - jnp.clip(along, 0.0, jnp.maximum(length, 0.0))
+    d2 = excess * excess + cross * cross
+    d2 = jnp.where(length >= 0, d2, jnp.float32(1e30))
+    d2min = jnp.min(d2, axis=-1, keepdims=True)
+    tied = d2 <= d2min * (1.0 + _TIE_REL) + _TIE_ABS2
     score = jnp.where(tied, jnp.abs(cross), -1.0)
-    best = jnp.argmax(score, axis=-1)
-    side = jnp.take_along_axis(cross, best[..., None], axis=-1)[..., 0]
-    signed = jnp.where(side < 0, dmin[..., 0], -dmin[..., 0])
-    return jnp.where(jnp.any(seg_valid, axis=-1), signed, NO_EDGE_DISTANCE)
+    best = jnp.max(score, axis=-1, keepdims=True)
+    right = jnp.any((score >= best) & (cross < 0), axis=-1)
+    dist = jnp.sqrt(d2min[..., 0])
+    signed = jnp.where(right, dist, -dist)
+    return jnp.where(d2min[..., 0] < 1e29, signed, NO_EDGE_DISTANCE).astype(jnp.float32)
 
 
 def within_radius(xy: jax.Array, target: jax.Array, radius: float | jax.Array) -> jax.Array:

@@ -66,7 +66,9 @@ class RoadIndex:
       cell_size: () float32, metres.
       road: (C, M) int32, road point indices nearest each cell centre, nearest first;
         -1 padded.
-      edges: (C, E) int32, start-point indices of candidate edge segments; -1 padded.
+      edges: (C, 5, E) float32, candidate edge segments per cell as rows
+        (start x, start y, unit direction x, unit direction y, length); length -1 marks
+        padding. Stored by value, not by index: one contiguous row gather per query.
       has_edges: () bool, the map has at least one road-edge segment.
       edge_overflow: () int32, cells whose exact candidate set exceeded E.
     """
@@ -134,7 +136,12 @@ def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex
     # The 1e-3 m slack absorbs float rounding in the bound.
     cand = dist <= d0 + 2.0 * half_diag + 1e-3
     neg_e, idx_e = jax.lax.top_k(-jnp.where(cand, dist, big), e)
-    edges = jnp.where(neg_e > -big, idx_e, -1).astype(jnp.int32)
+    seg = nxt - xy
+    seg_len = jnp.sqrt(jnp.sum(seg * seg, axis=-1))
+    unit = seg / jnp.where(seg_len > 0, seg_len, 1.0)[:, None]
+    rows = jnp.stack([xy[:, 0], xy[:, 1], unit[:, 0], unit[:, 1], seg_len])  # (5, R)
+    edges = rows[:, idx_e].transpose(1, 0, 2)  # (C, 5, E)
+    edges = edges.at[:, 4].set(jnp.where(neg_e > -big, edges[:, 4], -1.0))
     overflow = jnp.sum(jnp.sum(cand, axis=1) > e).astype(jnp.int32)
     return RoadIndex(
         origin=origin,
@@ -146,25 +153,36 @@ def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex
     )
 
 
-def cell_of(index: RoadIndex, points: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _at(array: jax.Array, scenario_id, *index):
+    """``array[index]`` for one scenario, or ``array[scenario_id, index]`` for a pool."""
+    return array[index] if scenario_id is None else array[(scenario_id, *index)]
+
+
+def cell_of(
+    index: RoadIndex, points: jax.Array, scenario_id: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Grid cell of each point.
 
     Args:
-      index: unbatched ``RoadIndex``.
+      index: a ``RoadIndex``; unbatched, or a pool's (leading axis N) with
+        ``scenario_id`` () int32 choosing the scenario.
       points: (..., 2).
     Returns:
       cell: (...,) int32 flat cell id, clamped into the grid.
       inside: (...,) bool, the point lies within the grid.
     """
     g = index.grid_size
-    ij = jnp.floor((points - index.origin) / index.cell_size).astype(jnp.int32)
+    origin = _at(index.origin, scenario_id)
+    cell_size = _at(index.cell_size, scenario_id)
+    ij = jnp.floor((points - origin) / cell_size).astype(jnp.int32)
     inside = jnp.all((ij >= 0) & (ij < g), axis=-1)
     ij = jnp.clip(ij, 0, g - 1)
     return ij[..., 0] * g + ij[..., 1], inside
 
 
 def offroad_distance(
-    index: RoadIndex, roadgraph: Roadgraph, points: jax.Array
+    index: RoadIndex, roadgraph: Roadgraph, points: jax.Array,
+    scenario_id: jax.Array | None = None,
 ) -> jax.Array:
     """Signed distance of points to the road edges (> 0 off-road), via the grid.
 
@@ -172,26 +190,34 @@ def offroad_distance(
     grid is road) and ``NO_EDGE_DISTANCE`` when it has none.
 
     Args:
-      index: unbatched ``RoadIndex``; roadgraph: the same scenario's ``Roadgraph``.
+      index, roadgraph: one scenario's, or a pool's with ``scenario_id`` (see ``cell_of``).
       points: (..., 2).
     Returns:
       (...,) float32.
     """
-    cell, inside = cell_of(index, points)
-    seg = index.edges[cell]  # (..., E)
-    seg_valid = seg >= 0
-    start = jnp.maximum(seg, 0)
-    a = roadgraph.xy[start]
-    b = roadgraph.xy[jnp.minimum(start + 1, roadgraph.num_points - 1)]
-    signed = geometry.signed_distance_to_edges(points, a, b, seg_valid)
-    outside = jnp.where(index.has_edges, jnp.inf, geometry.NO_EDGE_DISTANCE)
+    del roadgraph  # segments are stored in the index by value
+    cell, inside = cell_of(index, points, scenario_id)
+    seg = _at(index.edges, scenario_id, cell)  # (..., 5, E)
+    signed = geometry.signed_distance_to_segments(
+        points, seg[..., 0, :], seg[..., 1, :], seg[..., 2, :], seg[..., 3, :], seg[..., 4, :]
+    )
+    has_edges = _at(index.has_edges, scenario_id)
+    outside = jnp.where(has_edges, jnp.inf, geometry.NO_EDGE_DISTANCE)
     return jnp.where(inside, signed, outside).astype(jnp.float32)
 
 
 def is_offroad(
     index: RoadIndex, roadgraph: Roadgraph, xy: jax.Array, yaw: jax.Array,
-    length: jax.Array, width: jax.Array,
+    length: jax.Array, width: jax.Array, scenario_id: jax.Array | None = None,
 ) -> jax.Array:
     """(..., 2), (...,) x3 -> (...,) bool: any corner of the box is off-road."""
     corners = geometry.box_corners(xy, yaw, length, width)
-    return jnp.any(offroad_distance(index, roadgraph, corners) > 0.0, axis=-1)
+    return jnp.any(offroad_distance(index, roadgraph, corners, scenario_id) > 0.0, axis=-1)
+
+
+def nearest_road_points(
+    index: RoadIndex, points: jax.Array, count: int, scenario_id: jax.Array | None = None
+) -> jax.Array:
+    """(..., 2) -> (..., count) int32: road points listed for each point's cell, -1 padded."""
+    cell, _ = cell_of(index, points, scenario_id)
+    return _at(index.road, scenario_id, cell)[..., :count]
