@@ -58,6 +58,7 @@ class EnvConfig(ConfigBase):
       control_mode: ``all`` valid objects of ``controlled_types`` (self-play); ``sdc``
         only the self-driving car (everyone else replays the log); ``fraction`` each
         controllable object with probability ``controlled_fraction`` (the SDC always).
+        Objects that start within ``goal_radius`` of their goal are never controlled.
       controlled_types: object types the policy may drive (``vehicle``, ``pedestrian``,
         ``cyclist``, ``other``).
       collision_behavior: ``ignore`` (only counted), ``stop`` (the agent freezes in place
@@ -317,7 +318,10 @@ class Env:
         type_ok = jnp.zeros((a,), bool)
         for t in self._controlled_types:
             type_ok = type_ok | (obj_type == t)
-        controllable = agents.valid & type_ok
+        goal = obj.goal[sid]
+        goal_distance = jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32)
+        # An object that starts on its goal has nothing to learn; it replays instead.
+        controllable = agents.valid & type_ok & (goal_distance > cfg.goal_radius)
         if cfg.control_mode == "all":
             controlled = controllable
         elif cfg.control_mode == "sdc":
@@ -340,7 +344,6 @@ class Env:
         # Static objects use zero velocity so that observations match their behaviour.
         agents = agents.replace(vel=jnp.where(still[:, None] & ~controlled[:, None],
                                               0.0, agents.vel))
-        goal = obj.goal[sid]
         return EnvState(
             scenario_id=sid,
             step=jnp.zeros((), jnp.int32),
@@ -352,7 +355,7 @@ class Env:
             goal=goal,
             done=jnp.zeros((a,), bool),
             removed=jnp.zeros((a,), bool),
-            goal_distance=jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32),
+            goal_distance=goal_distance,
             episode=EpisodeStats.zeros(a),
             key=key,
         )
