@@ -1,0 +1,974 @@
+"""Built-in procedural scenario generator: seeded, jittable, vmappable, fixed shapes.
+
+Every scene is a hub with 2, 3 or 4 straight arms around a junction of radius ``r_j``:
+
+- ``straight``: 2 arms 180 degrees apart (one straight road; the "junction" is a plain
+  continuation of length ``2 r_j``).
+- ``curve``: 2 arms whose directions differ by ``180 - curve_turn`` degrees; the bend is a
+  circular-like arc inside the junction with inner curb radius ``curve_radius``.
+- ``t_junction``: 3 arms at 0, 90, 180 degrees (each jittered by ``angle_jitter``).
+- ``intersection``: 4 arms at 0, 90, 180, 270 degrees (each jittered).
+
+The whole scene is rotated by a uniform random angle and shifted by up to ``max_offset``.
+Traffic is right-handed. Each arm carries ``n`` outgoing lanes (driving away from the
+junction, right of the arm axis) and ``n`` incoming lanes (left of the axis), straight from
+``r_j`` to ``r_j + arm_length``. ``r_j`` is chosen so that the arms' road strips are
+disjoint and every junction corner has a curb of radius about ``corner_radius``.
+
+Map conventions (see ``jaxdrive.types``):
+
+- Lane centres (``LANE_CENTER``) have polyline ids in ``[0, L)``: arm lanes first, id
+  ``(arm * 2 + d) * n_max + k`` (``d`` 0 = outgoing, 1 = incoming; ``k`` counts from the arm
+  axis outwards), then junction connectors, id ``2 N n_max + (arm * (N - 1) + j) * n_max
+  + k``, a cubic Hermite curve from the end of incoming lane ``k`` of ``arm`` to the start of
+  outgoing lane ``k`` of arm ``(arm + 1 + j) mod n_arms`` (``N`` = most arms among the
+  enabled topologies, ``n_max = lanes_per_direction[1]``). Lanes of absent arms or lanes
+  are invalid, so valid ids need not be contiguous. ``lanes.successors``: incoming lane ->
+  its connectors -> the connector's outgoing lane; outgoing lanes have none.
+- Road edges (``ROAD_EDGE``), one polyline per pair of angularly adjacent arms: inward along
+  one arm's side, round the curb, outward along the next arm's side, oriented so the
+  drivable area is on the LEFT. Together they enclose the road except at the arm ends.
+- Road lines (``ROAD_LINE``): each arm's centre line and lane dividers. Crosswalks
+  (``CROSSWALK``, closed 5-point rectangles) at the mouth of every arm of a T-junction or
+  intersection.
+- Non-lane polylines have ids ``>= L``: edges ``L + arm``, lines ``L + N + arm * M + i``
+  (``M = 2 n_max - 1``), crosswalks ``L + N + N M + arm``.
+- Valid road points come first (compacted, in the order above); padding is zeros, id -1.
+  Straight parts have exactly ``point_spacing`` between points; junction curves use as few
+  points as keep the spacing <= ``point_spacing``, up to a static per-topology cap that
+  ``required_sizes`` counts, so the valid points always fit ``max_road_points``.
+- Traffic lights: none (all invalid).
+
+Objects: vehicles spawn on arm lanes (never on connectors) at slots ``length[1] +
+spawn_gap`` apart, centred on the lane, heading along it. A vehicle on an incoming lane
+drives incoming lane -> connector -> outgoing lane (every vehicle of one lane takes the
+same, randomly chosen, connector); one on an outgoing lane drives outward. Each drives at
+a constant speed along its route until its goal (``goal_distance`` along the route, always
+inside the interval: slots whose route is too short are never used) and then stands still.
+Logged ``vel[t] = (xy[t] - xy[t-1]) / dt`` (backward difference, as the ``delta_local``
+dynamics), ``vel[0]`` = speed times the lane direction; ``yaw`` is the route tangent.
+
+Guarantees: no two boxes overlap at any log step ``t <= junction_clear_steps`` (incoming
+vehicles have not reached the junction yet and arm strips are disjoint); vehicles that
+start on the same lane never overlap in the whole log (a follower's speed is capped so it
+stays ``follow_gap(config)`` behind its leader while the leader moves, and it stops at
+least one slot behind the leader's goal). NOT guaranteed: vehicles from different lanes
+whose routes cross or merge inside the junction may collide later in the log.
+
+The SDC is agent 0: a random spawned vehicle, preferably on an incoming lane.
+``of_interest`` marks agents 0-1 and ``to_predict`` agents 0-3 (when spawned).
+
+API: ``generate(key, config, scenario_config)`` (pure; jit with both configs static and
+vmap over keys), ``generate_with_info`` (also returns ``ProceduralInfo``: topology, lanes,
+per-agent route, ...), ``generate_batch(key, num, config, scenario_config)`` (cached
+jit + vmap), ``required_sizes(config)`` / ``check_fits`` (worst-case R, L, S).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxdrive.config import ConfigBase, ConfigError, check_int, check_interval, check_range
+from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.types import (
+    LaneGraph,
+    ObjectLog,
+    ObjectType,
+    Roadgraph,
+    RoadType,
+    Scenario,
+    TrafficLights,
+)
+
+TOPOLOGIES = ("straight", "curve", "t_junction", "intersection")
+NUM_ARMS = (2, 2, 3, 4)
+# Junction gaps of 180 degrees or more need no clearance; cap them to keep tan() finite.
+_MAX_GAP = math.radians(179.0)
+_CROSSWALK_SETBACK = 0.5  # m from the junction radius to the crosswalk's inner side
+_CROSSWALK_WIDTH = 3.0  # m
+
+
+@dataclasses.dataclass(frozen=True)
+class TopologyWeights(ConfigBase):
+    """Relative sampling weights of the four topologies (at least one > 0)."""
+
+    straight: float = 1.0
+    curve: float = 1.0
+    t_junction: float = 1.0
+    intersection: float = 1.0
+
+    def __post_init__(self):
+        for name in TOPOLOGIES:
+            check_range(f"topology.{name}", getattr(self, name), 0.0, 1e6)
+        if sum(self.as_tuple()) <= 0:
+            raise ConfigError(
+                "config key 'topology' needs at least one weight > 0 among "
+                f"{', '.join(TOPOLOGIES)}."
+            )
+
+    def as_tuple(self) -> tuple[float, float, float, float]:
+        return tuple(float(getattr(self, name)) for name in TOPOLOGIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProceduralConfig(ConfigBase):
+    """Distribution of procedural scenes. Pairs are ``(low, high)`` sampled uniformly.
+
+    Attributes:
+      topology: sampling weights of straight / curve / t_junction / intersection.
+      lanes_per_direction: lanes each way per arm (ints); ``high`` fixes the static shapes.
+      lane_width: m.
+      arm_length: m, length of every arm (static: fixes point counts).
+      point_spacing: m, spacing of road points along polylines (an upper bound on curves).
+      corner_radius: m, curb radius at junction corners.
+      curve_radius: m, inner curb radius of the ``curve`` topology.
+      curve_turn: degrees, heading change along a ``curve`` (0 = straight, <= 90).
+      angle_jitter: degrees, uniform jitter of each arm of junctions (<= 30).
+      max_offset: m, the scene is shifted by a uniform offset in ``[-max_offset, max_offset]^2``.
+      speed: m/s, logged driving speed (followers may be capped to avoid rear-ending).
+      goal_distance: m, goal distance along the route.
+      num_agents: vehicles to spawn (ints), capped by ``max_agents`` and the free slots.
+      length, width: m, vehicle box size (``width[1]`` must be below ``lane_width[0]``).
+      spawn_gap: m, extra longitudinal gap between spawn slots beyond ``length[1]``.
+      junction_clear_steps: no incoming vehicle enters the junction before this log step,
+        so nothing overlaps up to it; keep it >= the environment's episode start step.
+      dt: s, log step (10 Hz like WOMD); must match the simulator's.
+    """
+
+    topology: TopologyWeights = TopologyWeights()
+    lanes_per_direction: tuple[int, int] = (1, 2)
+    lane_width: tuple[float, float] = (3.2, 4.0)
+    arm_length: float = 60.0
+    point_spacing: float = 1.0
+    corner_radius: tuple[float, float] = (4.0, 8.0)
+    curve_radius: tuple[float, float] = (10.0, 25.0)
+    curve_turn: tuple[float, float] = (30.0, 80.0)
+    angle_jitter: float = 10.0
+    max_offset: float = 20.0
+    speed: tuple[float, float] = (5.0, 12.0)
+    goal_distance: tuple[float, float] = (20.0, 60.0)
+    num_agents: tuple[int, int] = (4, 24)
+    length: tuple[float, float] = (4.0, 5.5)
+    width: tuple[float, float] = (1.8, 2.2)
+    spawn_gap: float = 2.5
+    junction_clear_steps: int = 10
+    dt: float = 0.1
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):  # lists -> tuples so the config stays hashable
+            if isinstance(getattr(self, f.name), list):
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
+        if isinstance(self.topology, dict):
+            object.__setattr__(self, "topology", TopologyWeights.from_dict(self.topology))
+        if not isinstance(self.topology, TopologyWeights):
+            raise ConfigError("config key 'topology' must be a mapping of topology weights.")
+        check_interval("lanes_per_direction", self.lanes_per_direction, 1, 16)
+        check_int("lanes_per_direction[0]", self.lanes_per_direction[0], 1, 16)
+        check_int("lanes_per_direction[1]", self.lanes_per_direction[1], 1, 16)
+        check_interval("lane_width", self.lane_width, 1.0, 20.0)
+        check_range("arm_length", self.arm_length, 5.0, 10_000.0)
+        check_range("point_spacing", self.point_spacing, 0.05, 100.0)
+        check_interval("corner_radius", self.corner_radius, 0.5, 200.0)
+        check_interval("curve_radius", self.curve_radius, 0.5, 1000.0)
+        check_interval("curve_turn", self.curve_turn, 0.0, 90.0)
+        check_range("angle_jitter", self.angle_jitter, 0.0, 30.0)
+        check_range("max_offset", self.max_offset, 0.0, 10_000.0)
+        check_interval("speed", self.speed, 0.0, 100.0)
+        if self.speed[0] <= 0:
+            raise ConfigError(f"config key 'speed' = {list(self.speed)}: low must be > 0.")
+        check_interval("goal_distance", self.goal_distance, 0.0, 100_000.0)
+        if self.goal_distance[0] <= 0:
+            raise ConfigError(
+                f"config key 'goal_distance' = {list(self.goal_distance)}: low must be > 0."
+            )
+        check_interval("num_agents", self.num_agents, 1, 1_000_000)
+        check_int("num_agents[0]", self.num_agents[0], 1)
+        check_int("num_agents[1]", self.num_agents[1], 1)
+        check_interval("length", self.length, 0.1, 50.0)
+        check_interval("width", self.width, 0.1, 20.0)
+        check_range("spawn_gap", self.spawn_gap, 0.0, 1000.0)
+        check_int("junction_clear_steps", self.junction_clear_steps, 0, 100_000)
+        check_range("dt", self.dt, 0.0, 10.0, lo_open=True)
+        gap = follow_gap(self) - self.length[1]
+        if self.spawn_gap < gap:
+            raise ConfigError(
+                f"config key 'spawn_gap' = {self.spawn_gap} is too small: needs >= {gap:.2f} so "
+                f"that vehicles of length {self.length[1]} and width {self.width[1]} following "
+                "each other round the tightest junction curve (corner_radius[0] / "
+                "curve_radius[0]) never touch. Raise spawn_gap or those radii."
+            )
+        if self.width[1] >= self.lane_width[0]:
+            raise ConfigError(
+                f"config key 'width' = {list(self.width)}: the widest vehicle must be narrower "
+                f"than the narrowest lane (lane_width[0] = {self.lane_width[0]})."
+            )
+        need = self.length[1] + max(
+            self.goal_distance[0], self.speed[1] * self.junction_clear_steps * self.dt
+        )
+        if self.arm_length < need:
+            raise ConfigError(
+                f"config key 'arm_length' = {self.arm_length} is too short: needs >= {need:.2f} "
+                "(length[1] + max(goal_distance[0], speed[1] * junction_clear_steps * dt)) "
+                "so that every lane has a spawn slot. Raise arm_length or lower those."
+            )
+
+
+def _min_arc_gap(length: float, width: float, radius: float) -> float:
+    """Smallest arc distance ``d0`` such that two ``length x width`` boxes centred on a
+    circle of ``radius`` and tangent to it are apart (by a separating axis of one box) at
+    every arc distance in ``[d0, pi * radius]`` (``length`` + 5 cm on a straight path)."""
+    if not math.isfinite(radius):
+        return length + 0.05
+    d = np.arange(length, max(length, min(math.pi * radius, length + 100.0)) + 0.01, 0.01)
+    phi = d / radius
+    along = radius * np.abs(np.sin(phi))  # leader offset in the follower's frame
+    across = radius * (1.0 - np.cos(phi))
+    half_l, half_w = length / 2, width / 2
+    sep = (along > half_l + half_l * np.abs(np.cos(phi)) + half_w * np.abs(np.sin(phi)) + 0.05) | (
+        across > half_w + half_l * np.abs(np.sin(phi)) + half_w * np.abs(np.cos(phi)) + 0.05
+    )
+    bad = np.flatnonzero(~sep)
+    return float(length + 0.05 if len(bad) == 0 else d[bad[-1]] + 0.01)
+
+
+def follow_gap(config: ProceduralConfig) -> float:
+    """Centre distance (m, along the route) a moving follower keeps behind its leader.
+
+    Computed for the longest/widest vehicles on a circle 20 % tighter than the tightest
+    lane curve (curb radius + half a lane): connectors are only near-circular.
+    """
+    radii = [math.inf]
+    if config.topology.curve > 0:
+        radii.append(config.curve_radius[0])
+    if config.topology.t_junction > 0 or config.topology.intersection > 0:
+        radii.append(config.corner_radius[0])
+    radius = 0.8 * (min(radii) + config.lane_width[0] / 2)
+    return _min_arc_gap(config.length[1], config.width[1], radius)
+
+
+@struct.dataclass
+class ProceduralInfo:
+    """What the generator chose for one scene (leading batch axes when vmapped).
+
+    Attributes:
+      topology: () int32, index into ``TOPOLOGIES``.
+      num_arms: () int32.
+      lanes_per_direction: () int32.
+      lane_width: () float32.
+      junction_radius: () float32, ``r_j``.
+      agent_lane: (A,) int32, lane id each vehicle spawned on (-1 for empty slots).
+      agent_route: (A, 3) int32, lane ids along the route (-1 padded / empty).
+      agent_speed: (A,) float32, m/s.
+      agent_goal_distance: (A,) float32, m along the route from spawn to goal.
+    """
+
+    topology: jax.Array
+    num_arms: jax.Array
+    lanes_per_direction: jax.Array
+    lane_width: jax.Array
+    junction_radius: jax.Array
+    agent_lane: jax.Array
+    agent_route: jax.Array
+    agent_speed: jax.Array
+    agent_goal_distance: jax.Array
+
+
+# ----------------------------------------------------------------------------------------
+# Geometry shared by the jitted generator (xp = jnp) and the static size bound (xp = np).
+# All functions take arbitrary leading batch axes.
+
+
+def _frames(xp, theta):
+    """(..., N) arm angles -> unit directions and left normals, (..., N, 2) each."""
+    c, s = xp.cos(theta), xp.sin(theta)
+    return xp.stack([c, s], -1), xp.stack([-s, c], -1)
+
+
+def _next_arm(xp, n_arms, num_slots):
+    """(...,) n_arms -> (..., N) index of the counter-clockwise next active arm."""
+    a = xp.arange(num_slots)
+    return xp.where(a + 1 < n_arms[..., None], a + 1, 0)
+
+
+def _take_arms(xp, x, idx):
+    """x (..., N, 2), idx (..., M) -> (..., M, 2)."""
+    return xp.take_along_axis(x, idx[..., None], axis=-2)
+
+
+def _junction_radius(xp, theta, n_arms, h, rho):
+    """Smallest radius at which adjacent arm strips (half-width h) are disjoint with a
+    curb of radius ~rho between them. theta (..., N); n_arms, h, rho (...,) -> (...,)."""
+    num_slots = theta.shape[-1]
+    nxt = _next_arm(xp, n_arms, num_slots)
+    gap = xp.mod(xp.take_along_axis(theta, nxt, axis=-1) - theta, 2 * np.pi)
+    active = xp.arange(num_slots) < n_arms[..., None]
+    terms = (h + rho)[..., None] / xp.tan(xp.minimum(gap, _MAX_GAP) / 2)
+    return xp.maximum(rho, xp.max(xp.where(active, terms, 0.0), axis=-1))
+
+
+def _connector_ends(xp, u, nrm, r_j, y, n_arms):
+    """Hermite end conditions of every connector slot.
+
+    Args:
+      u, nrm: (..., N, 2) arm frames; r_j: (...,); y: (..., K) lateral lane offsets;
+      n_arms: (...,).
+    Returns:
+      p0, d0, p1, d1: (..., N, N - 1, K, 2); target arm b: (..., N, N - 1).
+    """
+    num_slots = u.shape[-2]
+    a = xp.arange(num_slots)[:, None]
+    j = xp.arange(num_slots - 1)[None, :]
+    b = xp.mod(a + 1 + j, n_arms[..., None, None])
+    lead = b.shape[:-2]
+    flat = b.reshape(lead + (num_slots * (num_slots - 1),))
+    ub = _take_arms(xp, u, flat).reshape(lead + (num_slots, num_slots - 1, 2))
+    nb = _take_arms(xp, nrm, flat).reshape(lead + (num_slots, num_slots - 1, 2))
+    r = r_j[..., None, None, None, None]
+    yk = y[..., None, None, :, None]
+    ua, na = u[..., :, None, None, :], nrm[..., :, None, None, :]
+    ub, nb = ub[..., :, :, None, :], nb[..., :, :, None, :]
+    shape = lead + (num_slots, num_slots - 1, y.shape[-1], 2)
+    p0 = xp.broadcast_to(r * ua + yk * na, shape)
+    d0 = xp.broadcast_to(-ua, shape)
+    p1 = xp.broadcast_to(r * ub - yk * nb, shape)
+    d1 = xp.broadcast_to(ub, shape)
+    return p0, d0, p1, d1, b
+
+
+def _corner_ends(xp, u, nrm, r_j, h, n_arms):
+    """Curb curve from arm a's left side to the next arm's right side: (..., N, 2) x4."""
+    nxt = _next_arm(xp, n_arms, u.shape[-2])
+    ub, nb = _take_arms(xp, u, nxt), _take_arms(xp, nrm, nxt)
+    r, hh = r_j[..., None, None], h[..., None, None]
+    return r * u + hh * nrm, -u, r * ub - hh * nb, ub
+
+
+def _hermite_coeffs(xp, p0, d0, p1, d1):
+    """Tangent magnitude that makes a cubic Hermite close to a circular arc: chord /
+    cos^2(turn / 4) (the Bezier arc approximation), exact for straight lines."""
+    chord = xp.sqrt(xp.sum((p1 - p0) ** 2, axis=-1))
+    cos_turn = xp.clip(xp.sum(d0 * d1, axis=-1), -1.0, 1.0)
+    return chord / xp.cos(xp.arccos(cos_turn) / 4) ** 2
+
+
+def _hermite_eval(xp, p0, d0, p1, d1, t, derivative=False):
+    """(..., 2) end conditions, t (..., K) -> (..., K, 2) points (or dH/dt)."""
+    m = _hermite_coeffs(xp, p0, d0, p1, d1)[..., None, None]
+    t = t[..., None]
+    t2, t3 = t * t, t * t * t
+    if derivative:
+        c = (6 * t2 - 6 * t, 3 * t2 - 4 * t + 1, -6 * t2 + 6 * t, 3 * t2 - 2 * t)
+    else:
+        c = (2 * t3 - 3 * t2 + 1, t3 - 2 * t2 + t, -2 * t3 + 3 * t2, t3 - t2)
+    return (
+        c[0] * p0[..., None, :]
+        + c[1] * m * d0[..., None, :]
+        + c[2] * p1[..., None, :]
+        + c[3] * m * d1[..., None, :]
+    )
+
+
+def _hermite_max_speed(xp, p0, d0, p1, d1, samples):
+    """max over the curve of |dH/dt| (length per unit parameter), (...,)."""
+    dh = _hermite_eval(xp, p0, d0, p1, d1, xp.linspace(0.0, 1.0, samples), derivative=True)
+    return xp.max(xp.sqrt(xp.sum(dh**2, axis=-1)), axis=-1)
+
+
+def _hermite_points(p0, d0, p1, d1, num, spacing, cap):
+    """Up to ``cap <= num`` points at uniform curve parameter, as few as keep the spacing
+    <= ``spacing``; the unused tail repeats the end point and is masked out.
+
+    Returns:
+      (..., num, 2) points and (..., num) bool mask.
+    """
+    need = jnp.ceil(1.05 * _hermite_max_speed(jnp, p0, d0, p1, d1, 17) / spacing) + 1
+    count = jnp.clip(need, 2, cap)
+    i = jnp.arange(num, dtype=jnp.float32)
+    t = jnp.minimum(i / (count[..., None] - 1), 1.0)
+    return _hermite_eval(jnp, p0, d0, p1, d1, t), i < count[..., None]
+
+
+def _base_angles(xp, turn):
+    """(...,) curve turn (rad) -> (..., 4 topologies, 4 arm slots) arm angles."""
+    turn = xp.asarray(turn)
+    z = xp.zeros_like(turn)
+    pi = z + np.pi
+    rows = [
+        [z, pi, pi, pi],
+        [z, pi - turn, pi, pi],
+        [z, z + np.pi / 2, pi, pi],
+        [z, z + np.pi / 2, pi, z + 1.5 * np.pi],
+    ]
+    return xp.stack([xp.stack(r, -1) for r in rows], -2)
+
+
+# ----------------------------------------------------------------------------------------
+# Static layout (python ints / numpy, from the config only).
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    num_slots: int  # N, arm slots: most arms among enabled topologies
+    n_max: int
+    k_arm: int  # points per arm-long polyline
+    k_conn: int  # points per connector
+    k_corner: int  # points per curb corner
+    k_conn_topo: tuple  # per topology: the valid-point cap of its connectors
+    k_corner_topo: tuple
+    k_edge: int
+    k_slots: int  # spawn slots per arm lane
+    sigma: np.ndarray  # (k_slots,) slot centre distance from the lane start
+    eligible: np.ndarray  # (2, k_slots) bool, by direction (0 out, 1 in)
+    n_arm_lanes: int
+    n_conn: int
+    n_lines: int  # lines per arm
+    need_points: int
+    need_lanes: int
+    need_successors: int
+    l_max: float
+    slot_gap: float  # slot spacing
+    follow_gap: float  # centre distance a moving follower keeps to its leader
+
+
+def _bound_curve_points(config: ProceduralConfig, num_slots: int):
+    """Per topology, points per connector / curb corner so that spacing <= point_spacing,
+    from the worst Hermite speed over the extreme parameter combinations (+5 %).
+
+    Returns:
+      two 4-tuples (connector, corner) of point counts, 0 for disabled topologies.
+    """
+    enabled = [i for i, w in enumerate(config.topology.as_tuple()) if w > 0]
+    jit = math.radians(config.angle_jitter)
+    ps = config.point_spacing
+    k_conn, k_corner = [0] * 4, [0] * 4
+    n_hi, w_hi = config.lanes_per_direction[1], config.lane_width[1]
+    for topo in enabled:
+        na = NUM_ARMS[topo]
+        jitters = itertools.product((-jit, 0.0, jit), repeat=na) if topo >= 2 else [(0.0,) * na]
+        turns = config.curve_turn if topo == 1 else (0.0,)
+        radii = config.curve_radius if topo == 1 else config.corner_radius
+        # Lengths grow with the road half-width, so only the widest roads are checked.
+        combos = list(itertools.product(jitters, turns, radii, [w_hi], [n_hi]))
+        jitter = np.zeros((len(combos), num_slots))
+        jitter[:, :na] = np.array([c[0] for c in combos])
+        turn = np.radians(np.array([c[1] for c in combos]))
+        rho = np.array([c[2] for c in combos], float)
+        w = np.array([c[3] for c in combos], float)
+        n = np.array([c[4] for c in combos], float)
+        theta = _base_angles(np, turn)[:, topo, :num_slots] + jitter
+        n_arms = np.full(len(combos), na)
+        h = n * w
+        u, nrm = _frames(np, theta)
+        r_j = _junction_radius(np, theta, n_arms, h, rho)
+        y = (np.arange(n_hi)[None, :] + 0.5) * w[:, None]
+        valid_k = np.arange(n_hi)[None, :] < n[:, None]
+        p0, d0, p1, d1, _ = _connector_ends(np, u, nrm, r_j, y, n_arms)
+        sp = _hermite_max_speed(np, p0, d0, p1, d1, 65)  # (B, N, N-1, K)
+        valid = (
+            (np.arange(num_slots)[None, :, None, None] < na)
+            & (np.arange(num_slots - 1)[None, None, :, None] < na - 1)
+            & valid_k[:, None, None, :]
+        )
+        speed_conn = float(np.max(np.where(valid, sp, 0.0)))
+        c = _corner_ends(np, u, nrm, r_j, h, n_arms)
+        speed_corner = float(_hermite_max_speed(np, *c, 65)[:, :na].max())
+        k_conn[topo] = max(2, math.ceil(1.05 * speed_conn / ps) + 1)
+        k_corner[topo] = max(2, math.ceil(1.05 * speed_corner / ps) + 1)
+    return tuple(k_conn), tuple(k_corner)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(config: ProceduralConfig) -> _Layout:
+    weights = config.topology.as_tuple()
+    enabled = [i for i, w in enumerate(weights) if w > 0]
+    num_slots = max(NUM_ARMS[i] for i in enabled)
+    n_max = config.lanes_per_direction[1]
+    k_arm = math.ceil(config.arm_length / config.point_spacing - 1e-9) + 1
+    k_conn_topo, k_corner_topo = _bound_curve_points(config, num_slots)
+    k_conn, k_corner = max(k_conn_topo), max(k_corner_topo)
+    k_edge = 2 * k_arm + k_corner - 2
+    l_max = float(config.length[1])
+    slot_gap = l_max + config.spawn_gap
+    # Slot limits: outgoing vehicles need goal_distance[0] of road ahead (their goal stays
+    # l_max / 2 inside the arm end); incoming ones must not reach the junction before
+    # junction_clear_steps.
+    lim_out = config.arm_length - l_max / 2 - config.goal_distance[0]
+    lim_in = (
+        config.arm_length - l_max / 2 - config.speed[1] * config.junction_clear_steps * config.dt
+    )
+    k_slots = int(math.floor((max(lim_out, lim_in) - l_max / 2) / slot_gap + 1e-9)) + 1
+    sigma = l_max / 2 + slot_gap * np.arange(k_slots)
+    eligible = np.stack([sigma <= lim_out + 1e-6, sigma <= lim_in + 1e-6])
+    n_lines = 2 * n_max - 1
+    need_points = 0
+    for topo in enabled:
+        na = NUM_ARMS[topo]
+        pts = (
+            2 * na * n_max * k_arm
+            + na * (na - 1) * n_max * k_conn_topo[topo]
+            + na * (2 * k_arm + k_corner_topo[topo] - 2)
+            + na * n_lines * k_arm
+            + (5 * na if topo >= 2 else 0)
+        )
+        need_points = max(need_points, pts)
+    n_arm_lanes = 2 * num_slots * n_max
+    n_conn = num_slots * (num_slots - 1) * n_max
+    return _Layout(
+        num_slots=num_slots,
+        n_max=n_max,
+        k_arm=k_arm,
+        k_conn=k_conn,
+        k_corner=k_corner,
+        k_conn_topo=k_conn_topo,
+        k_corner_topo=k_corner_topo,
+        k_edge=k_edge,
+        k_slots=k_slots,
+        sigma=sigma,
+        eligible=eligible,
+        n_arm_lanes=n_arm_lanes,
+        n_conn=n_conn,
+        n_lines=n_lines,
+        need_points=need_points,
+        need_lanes=n_arm_lanes + n_conn,
+        need_successors=max(1, num_slots - 1),
+        l_max=l_max,
+        slot_gap=slot_gap,
+        follow_gap=follow_gap(config),
+    )
+
+
+def required_sizes(config: ProceduralConfig) -> dict[str, int]:
+    """Worst-case ``ScenarioConfig`` sizes this config needs.
+
+    Returns:
+      ``{"max_road_points": ..., "max_lanes": ..., "max_lane_successors": ...,
+      "spawn_slots": ...}`` (spawn slots: eligible vehicle slots of the largest scene).
+    """
+    lay = _layout(config)
+    most_arms = lay.num_slots
+    slots = most_arms * lay.n_max * int(lay.eligible.sum())
+    return {
+        "max_road_points": lay.need_points,
+        "max_lanes": lay.need_lanes,
+        "max_lane_successors": lay.need_successors,
+        "spawn_slots": slots,
+    }
+
+
+def check_fits(config: ProceduralConfig, scenario_config: ScenarioConfig) -> None:
+    """Raise ``ConfigError`` naming the ``ScenarioConfig`` key that is too small."""
+    need = required_sizes(config)
+    what = (
+        f"arm_length={config.arm_length}, point_spacing={config.point_spacing}, "
+        f"lanes_per_direction={list(config.lanes_per_direction)}"
+    )
+    if scenario_config.max_road_points < need["max_road_points"]:
+        raise ConfigError(
+            f"max_road_points={scenario_config.max_road_points} too small for {what}: needs "
+            f"{need['max_road_points']}; raise scenario max_road_points or point_spacing, or "
+            "lower arm_length / lanes_per_direction."
+        )
+    if scenario_config.max_lanes < need["max_lanes"]:
+        raise ConfigError(
+            f"max_lanes={scenario_config.max_lanes} too small for "
+            f"lanes_per_direction={list(config.lanes_per_direction)}: needs {need['max_lanes']}; "
+            "raise scenario max_lanes or lower lanes_per_direction."
+        )
+    if scenario_config.max_lane_successors < need["max_lane_successors"]:
+        raise ConfigError(
+            f"max_lane_successors={scenario_config.max_lane_successors} too small for the "
+            f"enabled topologies: needs {need['max_lane_successors']}; raise scenario "
+            "max_lane_successors or set topology weights of junctions to 0."
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# The generator.
+
+
+def _flat_polylines(xy, valid, rtype, ids):
+    """(P, K, 2) points, (P, K) valid, (P,) ids -> flat (P*K,) road-point arrays."""
+    p, k = xy.shape[:2]
+    rep = lambda x: jnp.broadcast_to(x[:, None], (p, k)).reshape(-1)
+    return (
+        xy.reshape(-1, 2),
+        jnp.full((p * k,), int(rtype), jnp.int32),
+        rep(ids.astype(jnp.int32)),
+        valid.reshape(-1),
+    )
+
+
+def _polyline_dirs(xy, ids, valid):
+    """(R, 2) unit vector to the next point of the same polyline (previous segment's at
+    the last point, zero for single points)."""
+    has_next = valid[1:] & valid[:-1] & (ids[1:] == ids[:-1])
+    d = xy[1:] - xy[:-1]
+    norm = jnp.sqrt(jnp.sum(d * d, -1, keepdims=True))
+    d = jnp.where(has_next[:, None] & (norm > 0), d / jnp.where(norm > 0, norm, 1.0), 0.0)
+    fwd = jnp.concatenate([d, jnp.zeros((1, 2), d.dtype)])
+    back = jnp.concatenate([jnp.zeros((1, 2), d.dtype), d])
+    has_next = jnp.concatenate([has_next, jnp.zeros(1, bool)])
+    return jnp.where(has_next[:, None], fwd, back)
+
+
+def _interp_route(pts, cum, s):
+    """Position and tangent yaw at arc lengths s (T,) along one polyline (P, 2)."""
+    i = jnp.clip(jnp.searchsorted(cum, s, side="right") - 1, 0, pts.shape[0] - 2)
+    c0 = cum[i]
+    seg = cum[i + 1] - c0
+    f = jnp.clip((s - c0) / jnp.where(seg > 0, seg, 1.0), 0.0, 1.0)
+    a, b = pts[i], pts[i + 1]
+    xy = a + f[:, None] * (b - a)
+    yaw = jnp.arctan2(b[:, 1] - a[:, 1], b[:, 0] - a[:, 0])
+    return xy, yaw
+
+
+def generate_with_info(
+    key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig
+) -> tuple[Scenario, ProceduralInfo]:
+    """Like ``generate``, also returning what was sampled.
+
+    Returns:
+      (Scenario, ProceduralInfo); see ``ProceduralInfo`` for the (A,)-shaped per-agent
+      fields (spawn lane, route lane ids, speed, goal distance).
+    """
+    check_fits(config, scenario_config)
+    lay = _layout(config)
+    cfg, scfg = config, scenario_config
+    A, T, R = scfg.max_agents, scfg.num_steps, scfg.max_road_points
+    L, S, TL = scfg.max_lanes, scfg.max_lane_successors, scfg.max_traffic_lights
+    N, nm, K = lay.num_slots, lay.n_max, lay.k_arm
+    f32, i32 = jnp.float32, jnp.int32
+    # One uniform draw carved into pieces: far less code to compile than many draws.
+    sizes = {
+        "scene": 12,
+        "jitter": N,
+        "pick": N * nm,
+        "prio": lay.n_arm_lanes * lay.k_slots,
+        "sdc": A,
+        "speed": lay.k_slots * lay.n_arm_lanes,
+        "goal": lay.k_slots * lay.n_arm_lanes,
+        "length": A,
+        "width": A,
+    }
+    flat = jax.random.uniform(key, (sum(sizes.values()),), f32)
+    draws, start = {}, 0
+    for name, size in sizes.items():
+        draws[name], start = flat[start : start + size], start + size
+    scene = iter(draws["scene"])
+    lerp = lambda x, lo, hi: lo + x * (hi - lo)
+    uni = lambda lo, hi: lerp(next(scene), lo, hi)
+    randint = lambda lo, hi: jnp.minimum(lo + jnp.floor(next(scene) * (hi - lo + 1)), hi)
+
+    # --- scene parameters
+    cum_w = np.cumsum(cfg.topology.as_tuple()) / sum(cfg.topology.as_tuple())
+    topo = jnp.sum(next(scene) >= jnp.asarray(cum_w[:-1], f32)).astype(i32)
+    n_lo, n_hi = cfg.lanes_per_direction
+    n = randint(n_lo, n_hi).astype(i32)
+    w = uni(*cfg.lane_width)
+    n_arms = jnp.asarray(NUM_ARMS, i32)[topo]
+    turn = jnp.deg2rad(uni(*cfg.curve_turn))
+    jit_deg = lerp(draws["jitter"], -cfg.angle_jitter, cfg.angle_jitter) * (topo >= 2)
+    psi = uni(0.0, 2 * np.pi)
+    theta = _base_angles(jnp, turn)[topo, :N] + jnp.deg2rad(jit_deg) + psi
+    rho_curve, rho_corner = uni(*cfg.curve_radius), uni(*cfg.corner_radius)
+    rho = jnp.where(topo == 1, rho_curve, rho_corner)
+    h = n * w
+    offset = jnp.stack([uni(-cfg.max_offset, cfg.max_offset) for _ in range(2)])
+    u, nrm = _frames(jnp, theta)
+    r_j = _junction_radius(jnp, theta, n_arms, h, rho)
+    arm_on = jnp.arange(N) < n_arms
+    k_idx = jnp.arange(nm)
+    y = (k_idx + 0.5) * w
+    lane_on = arm_on[:, None, None] & (k_idx < n)[None, None, :]  # (N, 2, nm)
+    lane_on = jnp.broadcast_to(lane_on, (N, 2, nm))
+
+    # --- polylines (local frame; the offset is added at the end)
+    s_out = r_j + jnp.linspace(0.0, cfg.arm_length, K)
+    s_in = s_out[::-1]
+    ua, na = u[:, None, None, :], nrm[:, None, None, :]
+    yk = y[None, :, None, None]
+    lane_out = s_out[None, None, :, None] * ua - yk * na  # (N, nm, K, 2)
+    lane_in = s_in[None, None, :, None] * ua + yk * na
+    arm_pts = jnp.stack([lane_out, lane_in], axis=1)  # (N, 2, nm, K, 2)
+
+    p0, d0, p1, d1, b_arm = _connector_ends(jnp, u, nrm, r_j, y, n_arms)
+    ps = cfg.point_spacing
+    cap = jnp.asarray(lay.k_conn_topo, f32)[topo]  # keeps the valid count within R
+    conn_pts, conn_pt_on = _hermite_points(p0, d0, p1, d1, lay.k_conn, ps, cap)
+    j_idx = jnp.arange(N - 1)
+    conn_on = (
+        arm_on[:, None, None] & (j_idx < n_arms - 1)[None, :, None] & (k_idx < n)[None, None, :]
+    )
+
+    c0, cd0, c1, cd1 = _corner_ends(jnp, u, nrm, r_j, h, n_arms)
+    cap = jnp.asarray(lay.k_corner_topo, f32)[topo]
+    corner, corner_on = _hermite_points(c0, cd0, c1, cd1, lay.k_corner, ps, cap)
+    nxt = _next_arm(jnp, n_arms, N)
+    side_a = s_in[None, :, None] * u[:, None, :] + h * nrm[:, None, :]
+    side_b = s_out[None, :, None] * u[nxt][:, None, :] - h * nrm[nxt][:, None, :]
+    edges = jnp.concatenate([side_a[:, :-1], corner, side_b[:, 1:]], axis=1)
+    ones = lambda m: jnp.ones((N, m), bool)
+    edge_on = arm_on[:, None] & jnp.concatenate([ones(K - 1), corner_on, ones(K - 1)], 1)
+
+    off = jnp.concatenate([jnp.zeros(1), jnp.arange(1, nm), -jnp.arange(1, nm)]) * w
+    line_on = (
+        arm_on[:, None]
+        & jnp.concatenate([jnp.ones(1, bool), jnp.arange(1, nm) < n, jnp.arange(1, nm) < n])[
+            None, :
+        ]
+    )
+    lines = s_out[None, None, :, None] * ua + off[None, :, None, None] * na  # (N, M, K, 2)
+
+    s0 = r_j + _CROSSWALK_SETBACK
+    s1 = s0 + _CROSSWALK_WIDTH
+    cw_s = jnp.stack([s0, s1, s1, s0, s0])
+    cw_l = jnp.stack([-h, -h, h, h, -h])
+    cross = cw_s[None, :, None] * u[:, None, :] + cw_l[None, :, None] * nrm[:, None, :]
+    cross_on = arm_on & (topo >= 2)
+
+    # --- roadgraph: static layout, then valid points compacted to the front
+    lane_ids = jnp.arange(lay.n_arm_lanes + lay.n_conn, dtype=i32)
+    base = L + N
+    full = lambda on, k: jnp.broadcast_to(on.reshape(-1, 1), (on.size, k))
+    groups = [
+        _flat_polylines(
+            arm_pts.reshape(-1, K, 2),
+            full(lane_on, K),
+            RoadType.LANE_CENTER,
+            lane_ids[: lay.n_arm_lanes],
+        ),
+        _flat_polylines(
+            conn_pts.reshape(-1, lay.k_conn, 2),
+            (conn_on[..., None] & conn_pt_on).reshape(-1, lay.k_conn),
+            RoadType.LANE_CENTER,
+            lane_ids[lay.n_arm_lanes :],
+        ),
+        _flat_polylines(edges, edge_on, RoadType.ROAD_EDGE, L + jnp.arange(N)),
+        _flat_polylines(
+            lines.reshape(-1, K, 2),
+            full(line_on, K),
+            RoadType.ROAD_LINE,
+            base + jnp.arange(N * lay.n_lines),
+        ),
+        _flat_polylines(
+            cross, full(cross_on, 5), RoadType.CROSSWALK, base + N * lay.n_lines + jnp.arange(N)
+        ),
+    ]
+    rg_xy, rg_type, rg_id, rg_valid = (jnp.concatenate(x) for x in zip(*groups, strict=True))
+    target = jnp.where(rg_valid, jnp.cumsum(rg_valid) - 1, R)
+    put = lambda fill, x: fill.at[target].set(x, mode="drop")
+    local_xy = put(jnp.zeros((R, 2), f32), rg_xy.astype(f32))
+    ids = put(jnp.full((R,), -1, i32), rg_id)
+    valid = put(jnp.zeros((R,), bool), rg_valid)
+    roadgraph = Roadgraph(
+        xy=jnp.where(valid[:, None], local_xy + offset, 0.0).astype(f32),
+        dir=_polyline_dirs(local_xy, ids, valid).astype(f32),
+        type=put(jnp.zeros((R,), i32), rg_type),
+        id=ids,
+        valid=valid,
+    )
+
+    # --- lane graph
+    conn_id = lane_ids[lay.n_arm_lanes :].reshape(N, N - 1, nm)
+    out_id = ((jnp.arange(N)[:, None] * 2) * nm + k_idx[None, :]).astype(i32)  # (N, nm)
+    succ_in = jnp.where(conn_on, conn_id, -1).transpose(0, 2, 1)  # (N, nm, N-1)
+    succ_arm = jnp.full((N, 2, nm, S), -1, i32).at[:, 1, :, : N - 1].set(succ_in)
+    conn_target = out_id[b_arm[:, :, None], k_idx[None, None, :]]  # (N, N-1, nm)
+    succ_conn = (
+        jnp.full((N, N - 1, nm, S), -1, i32).at[..., 0].set(jnp.where(conn_on, conn_target, -1))
+    )
+    lanes = LaneGraph(
+        successors=jnp.full((L, S), -1, i32)
+        .at[: lay.need_lanes]
+        .set(jnp.concatenate([succ_arm.reshape(-1, S), succ_conn.reshape(-1, S)])),
+        valid=jnp.zeros((L,), bool)
+        .at[: lay.need_lanes]
+        .set(jnp.concatenate([lane_on.reshape(-1), conn_on.reshape(-1)])),
+    )
+
+    # --- routes per arm lane (all vehicles of a lane share it): (N, 2, nm, P, 2)
+    pick = jnp.floor(draws["pick"].reshape(N, nm) * (n_arms - 1)).astype(i32)
+    pick = jnp.clip(pick, 0, jnp.maximum(n_arms - 2, 0))
+    a_ix = jnp.arange(N)[:, None]
+    route_conn = conn_pts[a_ix, pick, k_idx[None, :]]  # (N, nm, Kc, 2)
+    route_b = b_arm[a_ix, pick]  # (N, nm)
+    route_out = arm_pts[route_b, 0, k_idx[None, :]]  # (N, nm, K, 2)
+    in_route = jnp.concatenate([arm_pts[:, 1], route_conn, route_out], axis=2)
+    tail = jnp.broadcast_to(lane_out[:, :, -1:], (N, nm, lay.k_conn + K, 2))
+    out_route = jnp.concatenate([lane_out, tail], axis=2)
+    routes = jnp.stack([out_route, in_route], axis=1).reshape(lay.n_arm_lanes, -1, 2)
+    seg = jnp.sqrt(jnp.sum(jnp.diff(routes, axis=1) ** 2, -1))
+    cum = jnp.concatenate([jnp.zeros((lay.n_arm_lanes, 1)), jnp.cumsum(seg, axis=1)], axis=1)
+    route_len = cum[:, -1]
+    route_ids = jnp.stack(
+        [
+            jnp.stack([out_id, jnp.full_like(out_id, -1), jnp.full_like(out_id, -1)], -1),
+            jnp.stack(
+                [out_id + nm, conn_id[a_ix, pick, k_idx[None, :]], out_id[route_b, k_idx[None, :]]],
+                -1,
+            ),
+        ],
+        axis=1,
+    ).reshape(lay.n_arm_lanes, 3)
+
+    # --- spawn slots: (lanes, k_slots), lane index = arm lane id
+    n_slots = lay.n_arm_lanes * lay.k_slots
+    lane_dir = (jnp.arange(lay.n_arm_lanes) // nm) % 2
+    slot_ok = lane_on.reshape(-1)[:, None] & jnp.asarray(lay.eligible)[lane_dir]
+    prio = jnp.where(slot_ok.reshape(-1), draws["prio"], -1.0)
+    k_top = min(A, n_slots)
+    _, idx = jax.lax.top_k(prio, k_top)
+    idx = jnp.concatenate([idx, jnp.full((A - k_top,), n_slots, idx.dtype)])
+    n_target = randint(*cfg.num_agents).astype(i32)
+    n_spawn = jnp.minimum(jnp.minimum(n_target, jnp.sum(slot_ok)), A)
+    spawned = jnp.arange(A) < n_spawn
+    agent_lane = jnp.minimum(idx // lay.k_slots, lay.n_arm_lanes - 1)
+    # SDC: a random spawned vehicle, preferring incoming lanes; swapped into slot 0.
+    incoming = lane_dir[agent_lane] == 1
+    score = jnp.where(spawned, incoming + 0.5 * draws["sdc"], -1.0)
+    sdc = jnp.argmax(score)
+    idx = idx.at[0].set(idx[sdc]).at[sdc].set(idx[0])
+    agent_lane = jnp.minimum(idx // lay.k_slots, lay.n_arm_lanes - 1)
+    agent_j = jnp.minimum(idx % lay.k_slots, lay.k_slots - 1)
+    slot_spawned = (
+        jnp.zeros((n_slots,), bool)
+        .at[idx]
+        .set(spawned, mode="drop")
+        .reshape(lay.n_arm_lanes, lay.k_slots)
+    )
+
+    # --- per-lane speeds and goals, leader (largest sigma) first
+    v_lo, v_hi = cfg.speed
+    g_lo, g_hi = cfg.goal_distance
+    t_end = (T - 1) * cfg.dt
+    v_samp = lerp(draws["speed"], v_lo, v_hi).reshape(lay.k_slots, lay.n_arm_lanes)
+    u_goal = draws["goal"].reshape(lay.k_slots, lay.n_arm_lanes)
+    goal_cap = route_len - lay.l_max / 2
+
+    def follow(carry, xs):
+        has, s_l, v_l, g_l = carry
+        on, sig, vs, ug = xs
+        t_l = jnp.minimum((g_l - s_l) / v_l, t_end)
+        v_cap = v_l + (s_l - sig - lay.follow_gap) / jnp.maximum(t_l, 1e-6)
+        v = jnp.where(has, jnp.minimum(vs, v_cap), vs)
+        ub = (
+            jnp.minimum(
+                jnp.minimum(sig + g_hi, goal_cap), jnp.where(has, g_l - lay.slot_gap, jnp.inf)
+            )
+            - sig
+        )
+        g = sig + g_lo + ug * jnp.maximum(ub - g_lo, 0.0)
+        new = (has | on, jnp.where(on, sig, s_l), jnp.where(on, v, v_l), jnp.where(on, g, g_l))
+        return new, (v, g)
+
+    init = (
+        jnp.zeros(lay.n_arm_lanes, bool),
+        jnp.zeros(lay.n_arm_lanes),
+        jnp.ones(lay.n_arm_lanes),
+        jnp.zeros(lay.n_arm_lanes),
+    )
+    xs = (slot_spawned.T, jnp.asarray(lay.sigma, f32), v_samp, u_goal)
+    _, (v_slot, g_slot) = jax.lax.scan(follow, init, xs, reverse=True)
+    speed = v_slot[agent_j, agent_lane]
+    goal_s = g_slot[agent_j, agent_lane]
+    sigma = jnp.asarray(lay.sigma, f32)[agent_j]
+
+    # --- trajectories
+    times = jnp.arange(T, dtype=f32) * cfg.dt
+    s_t = jnp.minimum(sigma[:, None] + speed[:, None] * times[None, :], goal_s[:, None])
+    xy, yaw = jax.vmap(_interp_route)(routes[agent_lane], cum[agent_lane], s_t)
+    goal_xy, _ = jax.vmap(_interp_route)(routes[agent_lane], cum[agent_lane], goal_s[:, None])
+    xy = (xy + offset).astype(f32)
+    vel0 = speed[:, None] * jnp.stack([jnp.cos(yaw[:, 0]), jnp.sin(yaw[:, 0])], -1)
+    vel = jnp.concatenate([vel0[:, None], (xy[:, 1:] - xy[:, :-1]) / cfg.dt], axis=1)
+    m1, m2 = spawned[:, None], spawned[:, None, None]
+    length = lerp(draws["length"], *cfg.length)
+    width = lerp(draws["width"], *cfg.width)
+    ar = jnp.arange(A)
+    objects = ObjectLog(
+        xy=jnp.where(m2, xy, 0.0),
+        yaw=jnp.where(m1, yaw, 0.0).astype(f32),
+        vel=jnp.where(m2, vel, 0.0).astype(f32),
+        valid=jnp.broadcast_to(m1, (A, T)),
+        length=jnp.where(spawned, length, 0.0),
+        width=jnp.where(spawned, width, 0.0),
+        type=jnp.where(spawned, int(ObjectType.VEHICLE), int(ObjectType.UNSET)).astype(i32),
+        goal=jnp.where(spawned[:, None], goal_xy[:, 0] + offset, 0.0).astype(f32),
+        is_sdc=spawned & (ar == 0),
+        of_interest=spawned & (ar < 2),
+        to_predict=spawned & (ar < 4),
+    )
+    traffic_lights = TrafficLights(
+        lane_id=jnp.full((TL,), -1, i32),
+        stop_xy=jnp.zeros((TL, 2), f32),
+        state=jnp.zeros((TL, T), i32),
+        valid=jnp.zeros((TL, T), bool),
+    )
+    scenario = Scenario(
+        roadgraph=roadgraph, lanes=lanes, traffic_lights=traffic_lights, objects=objects
+    )
+    info = ProceduralInfo(
+        topology=topo.astype(i32),
+        num_arms=n_arms,
+        lanes_per_direction=n.astype(i32),
+        lane_width=w,
+        junction_radius=r_j.astype(f32),
+        agent_lane=jnp.where(spawned, agent_lane, -1).astype(i32),
+        agent_route=jnp.where(spawned[:, None], route_ids[agent_lane], -1).astype(i32),
+        agent_speed=jnp.where(spawned, speed, 0.0).astype(f32),
+        agent_goal_distance=jnp.where(spawned, goal_s - sigma, 0.0).astype(f32),
+    )
+    return scenario, info
+
+
+def generate(key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig) -> Scenario:
+    """One procedural scenario, shaped by ``scenario_config`` (pure; jit/vmap it).
+
+    ``config`` and ``scenario_config`` are static (hashable); the same key gives the same
+    scene. Raises ``ConfigError`` (at trace time) if the worst case does not fit.
+
+    Args:
+      key: PRNG key.
+      config: the scene distribution.
+      scenario_config: padded sizes A, T, R, L, S, TL.
+    Returns:
+      Scenario with unbatched leaves shaped as ``scenario_config.shapes()``.
+    """
+    return generate_with_info(key, config, scenario_config)[0]
+
+
+@functools.lru_cache(maxsize=32)
+def _batched_fn(config: ProceduralConfig, scenario_config: ScenarioConfig, with_info: bool):
+    fn = generate_with_info if with_info else generate
+    return jax.jit(jax.vmap(lambda k: fn(k, config, scenario_config)))
+
+
+def generate_batch(
+    key: jax.Array,
+    num: int,
+    config: ProceduralConfig | None = None,
+    scenario_config: ScenarioConfig | None = None,
+    with_info: bool = False,
+):
+    """``num`` scenarios from ``num`` keys split off ``key``, jitted and vmapped.
+
+    The compiled function is cached per (config, scenario_config, with_info), so repeated
+    calls with the same ``num`` do not recompile.
+
+    Returns:
+      Scenario with a leading (num,) axis; ``(Scenario, ProceduralInfo)`` if ``with_info``.
+    """
+    config = ProceduralConfig() if config is None else config
+    scenario_config = ScenarioConfig() if scenario_config is None else scenario_config
+    check_fits(config, scenario_config)
+    keys = jax.random.split(key, num)
+    return _batched_fn(config, scenario_config, bool(with_info))(keys)
