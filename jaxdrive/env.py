@@ -242,7 +242,7 @@ class Env:
     def make_params(self, pool: ScenarioPool) -> EnvParams:
         """Check the pool against the config and bundle it with the reward weights."""
         validate_scenario(pool.scenarios, self.config.scenario, batch_dims=1)
-        got_m = pool.road_index.road.shape[-1]
+        got_m = pool.road_index.road_per_cell
         if got_m < self.config.observation.num_road:
             raise ConfigError(
                 f"pool road index lists {got_m} road points per cell but "

@@ -12,7 +12,8 @@ Features (all in the observing agent's frame: x forward, y left; normalised):
   (unit vector). Type in ``road_type``.
 
 Masked entries are zero. Road points come from the scenario's grid (``RoadIndex``): the
-``num_road`` points nearest the agent's cell centre that lie within ``road_radius``.
+``num_road`` points of the chunks nearest the agent's cell centre, those within
+``road_radius`` unmasked.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxdrive.config import ConfigBase, check_int, check_range
 from jaxdrive.scenarios.pool import ScenarioPool
@@ -57,13 +57,6 @@ class ObservationConfig(ConfigBase):
         check_int("num_road", self.num_road, 0, 100_000)
         for name in ("partner_radius", "road_radius", "speed_scale", "size_scale", "goal_scale"):
             check_range(name, getattr(self, name), 0.0, None, lo_open=True)
-
-
-def _others_index(num_agents: int) -> np.ndarray:
-    """(A, A-1) int32: for agent i, every other agent j in increasing order."""
-    k = np.arange(num_agents - 1)[None, :]
-    i = np.arange(num_agents)[:, None]
-    return (k + (k >= i)).astype(np.int32)
 
 
 def observe(
@@ -114,6 +107,14 @@ def _ego_features(config, agents, length, width, goal):
     ).astype(jnp.float32)
 
 
+def _drop_diagonal(x: jax.Array) -> jax.Array:
+    """(A, A, ...) -> (A, A-1, ...): row i without column i, by reshapes (no gather)."""
+    a = x.shape[0]
+    rest = x.shape[2:]
+    flat = x.reshape((a * a,) + rest)[1:]
+    return flat.reshape((a - 1, a + 1) + rest)[:, :-1].reshape((a, a - 1) + rest)
+
+
 def _partner_features(config, agents, visible, length, width, obj_type):
     a = agents.xy.shape[0]
     k = min(config.num_partners, a - 1)
@@ -123,59 +124,63 @@ def _partner_features(config, agents, visible, length, width, obj_type):
             partners=jnp.zeros((a, 0, PARTNER_FEATURES), jnp.float32),
             partner_type=z.astype(jnp.int32), partner_mask=z.astype(bool),
         )
-    others = jnp.asarray(_others_index(a))  # (A, A-1)
-    delta = agents.xy[others] - agents.xy[:, None, :]
-    dist2 = jnp.sum(delta * delta, axis=-1)
-    ok = visible[others] & visible[:, None] & (dist2 <= config.partner_radius**2)
-    if k < a - 1:
-        # Nearest K by distance; masked partners sort last.
-        _, pick = jax.lax.top_k(jnp.where(ok, -dist2, -jnp.inf), k)
-        others = jnp.take_along_axis(others, pick, axis=1)
-        delta = jnp.take_along_axis(delta, pick[..., None], axis=1)
-        ok = jnp.take_along_axis(ok, pick, axis=1)
+    # All pairs by broadcasting (row = observer, column = partner), then the diagonal
+    # dropped: cheaper on every backend than gathering partner rows.
     c, s = jnp.cos(agents.yaw)[:, None], jnp.sin(agents.yaw)[:, None]
-    rel_yaw = agents.yaw[others] - agents.yaw[:, None]
-    dvel = agents.vel[others] - agents.vel[:, None, :]
+    dx = agents.xy[None, :, 0] - agents.xy[:, None, 0]
+    dy = agents.xy[None, :, 1] - agents.xy[:, None, 1]
+    dvx = agents.vel[None, :, 0] - agents.vel[:, None, 0]
+    dvy = agents.vel[None, :, 1] - agents.vel[:, None, 1]
+    rel_yaw = agents.yaw[None, :] - agents.yaw[:, None]
+    ok = visible[None, :] & visible[:, None] & (dx * dx + dy * dy <= config.partner_radius**2)
+    ones = jnp.ones((a, 1), jnp.float32)
     feats = jnp.stack(
         [
-            (c * delta[..., 0] + s * delta[..., 1]) / config.partner_radius,
-            (-s * delta[..., 0] + c * delta[..., 1]) / config.partner_radius,
+            (c * dx + s * dy) / config.partner_radius,
+            (-s * dx + c * dy) / config.partner_radius,
             jnp.cos(rel_yaw),
             jnp.sin(rel_yaw),
-            (c * dvel[..., 0] + s * dvel[..., 1]) / config.speed_scale,
-            (-s * dvel[..., 0] + c * dvel[..., 1]) / config.speed_scale,
-            length[others] / config.size_scale,
-            width[others] / config.size_scale,
+            (c * dvx + s * dvy) / config.speed_scale,
+            (-s * dvx + c * dvy) / config.speed_scale,
+            ones * (length / config.size_scale)[None, :],
+            ones * (width / config.size_scale)[None, :],
         ],
         axis=-1,
     )
+    ptype = jnp.broadcast_to(obj_type[None, :], (a, a))
+    feats, ok, ptype = _drop_diagonal(feats), _drop_diagonal(ok), _drop_diagonal(ptype)
+    if k < a - 1:
+        # Nearest K by distance; masked partners sort last.
+        dist2 = jnp.sum(jnp.square(feats[..., :2]), axis=-1)
+        _, pick = jax.lax.top_k(jnp.where(ok, -dist2, -jnp.inf), k)
+        feats = jnp.take_along_axis(feats, pick[..., None], axis=1)
+        ok = jnp.take_along_axis(ok, pick, axis=1)
+        ptype = jnp.take_along_axis(ptype, pick, axis=1)
     feats = jnp.where(ok[..., None], feats, 0.0).astype(jnp.float32)
-    ptype = jnp.where(ok, obj_type[others], 0).astype(jnp.int32)
-    return dict(partners=feats, partner_type=ptype, partner_mask=ok)
+    return dict(partners=feats, partner_type=jnp.where(ok, ptype, 0).astype(jnp.int32),
+                partner_mask=ok)
 
 
 def _road_features(config, pool, scenario_id, agents):
-    m = min(config.num_road, pool.road_index.road.shape[-1])
-    idx = road_index.nearest_road_points(pool.road_index, agents.xy, m, scenario_id)  # (A, M)
-    ok = idx >= 0
-    idx = jnp.maximum(idx, 0)
-    rg = pool.scenarios.roadgraph
-    xy = rg.xy[scenario_id, idx]  # (A, M, 2)
-    direction = rg.dir[scenario_id, idx]
-    rtype = rg.type[scenario_id, idx]
+    m = min(config.num_road, pool.road_index.road_per_cell)
+    block = road_index.road_block(pool.road_index, agents.xy, m, scenario_id)  # (A, M, 5)
     c, s = jnp.cos(agents.yaw)[:, None], jnp.sin(agents.yaw)[:, None]
-    delta = xy - agents.xy[:, None, :]
-    lx = c * delta[..., 0] + s * delta[..., 1]
-    ly = -s * delta[..., 0] + c * delta[..., 1]
-    ok = ok & (lx * lx + ly * ly <= config.road_radius**2)
+    dx = block[..., 0] - agents.xy[:, None, 0]
+    dy = block[..., 1] - agents.xy[:, None, 1]
+    lx = c * dx + s * dy
+    ly = -s * dx + c * dy
+    rtype = block[..., 4]
+    ok = (rtype >= 0) & (lx * lx + ly * ly <= config.road_radius**2)
     feats = jnp.stack(
         [
             lx / config.road_radius,
             ly / config.road_radius,
-            c * direction[..., 0] + s * direction[..., 1],
-            -s * direction[..., 0] + c * direction[..., 1],
+            c * block[..., 2] + s * block[..., 3],
+            -s * block[..., 2] + c * block[..., 3],
         ],
         axis=-1,
     )
     feats = jnp.where(ok[..., None], feats, 0.0).astype(jnp.float32)
-    return dict(road=feats, road_type=jnp.where(ok, rtype, 0).astype(jnp.int32), road_mask=ok)
+    return dict(
+        road=feats, road_type=jnp.where(ok, rtype, 0).astype(jnp.int32), road_mask=ok
+    )

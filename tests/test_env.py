@@ -18,7 +18,7 @@ SC = ScenarioConfig(max_agents=A, num_steps=31, max_road_points=1024)
 BASE = {
     "scenario": SC.to_dict(),
     "observation": {"num_partners": 3, "num_road": 16},
-    "road_index": {"road_per_cell": 32, "grid_size": 8},
+    "road_index": {"road_per_cell": 32, "chunk_size": 8, "grid_size": 8},
     "init_step": 0,
     "goal_radius": 2.0,
     "reward": {"goal": 1.0, "collision": -0.5, "offroad": -0.25, "progress": 0.1},

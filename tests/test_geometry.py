@@ -182,7 +182,9 @@ def test_signed_distance_matches_shapely_on_10000_points():
     assert 0.2 * total < outside < 0.8 * total
 
 
-index_cfg = road_index.RoadIndexConfig(grid_size=8, road_per_cell=16, edges_per_cell=32)
+index_cfg = road_index.RoadIndexConfig(
+    grid_size=8, road_per_cell=16, chunk_size=4, edges_per_cell=32
+)
 build_jit = jax.jit(jax.vmap(functools.partial(road_index.build_road_index, config=index_cfg)))
 
 
@@ -249,18 +251,26 @@ def test_outside_grid_is_offroad_and_no_edges_is_onroad():
     assert np.all(np.asarray(d) < 0)
 
 
-def test_road_lists_are_nearest_to_cell_centre():
+def test_road_chunks_are_nearest_to_cell_centre():
+    # Reference: split the padded point array into chunks of S, rank chunks by their
+    # nearest valid point's distance to the cell centre, keep the first K; the block for
+    # a query inside that cell must hold exactly those chunks' points.
     (rg, _, _), = _polygon_cases()[:1]
-    idx = road_index.build_road_index(rg, index_cfg)
-    g = index_cfg.grid_size
-    xy = np.asarray(rg.xy)[np.asarray(rg.valid)]
+    cfg = road_index.RoadIndexConfig(grid_size=8, road_per_cell=12, chunk_size=4)
+    idx = road_index.build_road_index(rg, cfg)
+    g, size, k = cfg.grid_size, cfg.chunk_size, cfg.road_per_cell // cfg.chunk_size
+    xy = np.asarray(rg.xy)
+    valid = np.asarray(rg.valid)
     for c in [0, g * g // 2 + 3, g * g - 1]:
         centre = np.asarray(idx.origin) + float(idx.cell_size) * (np.array([c // g, c % g]) + 0.5)
-        d = np.linalg.norm(xy - centre, axis=1)
-        want = np.sort(d)[: index_cfg.road_per_cell]
-        got_idx = np.asarray(idx.road[c])
-        got = np.linalg.norm(np.asarray(rg.xy)[got_idx[got_idx >= 0]] - centre, axis=1)
-        np.testing.assert_allclose(got, want[: len(got)], rtol=1e-5, atol=1e-4)
+        d = np.where(valid, np.linalg.norm(xy - centre, axis=1), np.inf)
+        chunk_d = d.reshape(-1, size).min(axis=1)
+        want_chunks = np.argsort(chunk_d, kind="stable")[:k]
+        want = xy.reshape(-1, size, 2)[want_chunks].reshape(-1, 2)
+        want_valid = valid.reshape(-1, size)[want_chunks].reshape(-1)
+        block = np.asarray(road_index.road_block(idx, jnp.asarray(centre, jnp.float32), 12))
+        np.testing.assert_array_equal(block[:, 4] >= 0, want_valid)
+        np.testing.assert_allclose(block[want_valid, :2], want[want_valid], atol=1e-6)
 
 
 def test_geometry_traces_once():

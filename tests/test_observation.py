@@ -14,7 +14,7 @@ from jaxdrive.types import AgentState, RoadType, tree_stack
 
 A = 6
 SC = ScenarioConfig(max_agents=A, num_steps=11, max_road_points=1024)
-INDEX = RoadIndexConfig(grid_size=8, road_per_cell=64)
+INDEX = RoadIndexConfig(grid_size=8, road_per_cell=64, chunk_size=8)
 
 
 def _pool(scene):
@@ -96,19 +96,24 @@ def test_nearest_k_partners_match_brute_force():
 
 def test_road_points_are_the_cell_list_within_radius():
     # Reference in NumPy: the agent's cell centre from the grid's origin and cell size,
-    # that centre's 64 nearest road points (brute force), then those within 6 m of the
-    # agent. The observation must hold exactly that set.
+    # the 8 chunks of 8 consecutive road points nearest that centre (a chunk's distance
+    # is its nearest point's), then their points within 6 m of the agent. The observation
+    # must hold exactly that set.
     cfg = ObservationConfig(num_partners=1, num_road=64, road_radius=6.0)
     xy = np.array([[10.3, -1.7], [-50.2, 2.5]] + [[0, 0]] * (A - 2))
     agents = _agents(xy, [0.3, -2.0] + [0] * (A - 2), np.zeros(A))
     obs = observe_jit(cfg, agents, jnp.ones(A, bool), jnp.full(A, 4.0), jnp.full(A, 2.0),
                       jnp.zeros((A, 2)))
-    rg_xy = np.asarray(SCENE.roadgraph.xy)[np.asarray(SCENE.roadgraph.valid)]
+    rg_xy = np.asarray(SCENE.roadgraph.xy)
+    rg_valid = np.asarray(SCENE.roadgraph.valid)
     origin = np.asarray(POOL.road_index.origin[0])
     size = float(POOL.road_index.cell_size[0])
     for i in range(2):
         centre = origin + (np.floor((xy[i] - origin) / size) + 0.5) * size
-        listed = rg_xy[np.argsort(np.linalg.norm(rg_xy - centre, axis=1))[:64]]
+        d_c = np.where(rg_valid, np.linalg.norm(rg_xy - centre, axis=1), np.inf)
+        chunks = np.argsort(d_c.reshape(-1, 8).min(axis=1), kind="stable")[:8]
+        listed = rg_xy.reshape(-1, 8, 2)[chunks].reshape(-1, 2)
+        listed = listed[rg_valid.reshape(-1, 8)[chunks].reshape(-1)]
         d = np.linalg.norm(listed - xy[i], axis=1)
         want = np.sort(d[d <= 6.0])
         m = np.asarray(obs.road_mask[i])

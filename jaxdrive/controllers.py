@@ -1,0 +1,138 @@
+"""Built-in controllers (no learning): lane following, log replay, random.
+
+A controller is a pure function ``(params, state, timestep, key) -> action`` for one
+environment, with the action in the env's action space; vmap it with the env.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
+from jaxdrive.types import RoadType
+
+
+def _nearest_grid_action(env: Env, cont: jax.Array) -> jax.Array:
+    """(A, D) continuous actions -> (A,) int32 index of the nearest grid action."""
+    model = env.dynamics
+    grid = model.action_grid()
+    scale = model.action_high - model.action_low
+    d = jnp.sum(jnp.square((cont[:, None, :] - grid[None]) / scale), axis=-1)
+    return jnp.argmin(d, axis=-1).astype(jnp.int32)
+
+
+def _to_env_action(
+    env: Env, accel: jax.Array, curvature: jax.Array, speed: jax.Array, length: jax.Array
+):
+    """(A,) target acceleration and path curvature -> the env's action (A,) or (A, D)."""
+    dyn = env.config.dynamics
+    if dyn.model == "bicycle":
+        # Centre-referenced bicycle with rear axle at length/2 (see sim/dynamics.py):
+        # yaw rate = v / lr * sin(beta) and tan(steer) = 2 tan(beta). For a yaw rate of
+        # v * curvature: beta = asin(curvature * lr).
+        lr = 0.5 * jnp.maximum(length, 0.1)
+        beta = jnp.arcsin(jnp.clip(curvature * lr, -0.99, 0.99))
+        cont = jnp.stack([accel, jnp.arctan(2.0 * jnp.tan(beta))], axis=-1)
+    else:
+        v1 = jnp.maximum(speed + accel * dyn.dt, 0.0)
+        step = v1 * dyn.dt
+        cont = jnp.stack([step, jnp.zeros_like(step), curvature * step], axis=-1)
+    model = env.dynamics
+    cont = jnp.clip(cont, model.action_low, model.action_high)
+    if dyn.action_space == "continuous":
+        return cont.astype(jnp.float32)
+    return _nearest_grid_action(env, cont)
+
+
+def lane_follow(
+    env: Env, max_speed: float = 10.0, lookahead_time: float = 0.8, min_lookahead: float = 5.0
+):
+    """A goal-directed lane follower that reads only the observation.
+
+    Pure pursuit towards a lane-centre point about ``lookahead`` metres ahead whose lane
+    direction agrees with the heading, choosing among such points the one nearest the
+    goal (which picks the branch at junctions); straight at the goal once it is within
+    the lookahead. Speed: ``max_speed``, slowing to stop at the goal and to keep a
+    1.5 s gap behind a partner ahead in the same lane.
+    """
+    ocfg = env.config.observation
+    dyn = env.config.dynamics
+
+    def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
+        del params, state, key
+        obs = timestep.obs
+        speed = obs.ego[:, 0] * ocfg.speed_scale
+        goal = obs.ego[:, 3:5] * ocfg.goal_scale  # ego frame
+        goal_dist = obs.ego[:, 5] * ocfg.goal_scale
+        look = jnp.maximum(min_lookahead, lookahead_time * speed)
+
+        pts = obs.road[..., :2] * ocfg.road_radius  # (A, M, 2)
+        dirs = obs.road[..., 2:4]
+        dist = jnp.linalg.norm(pts, axis=-1)
+        ok = (
+            obs.road_mask
+            & (obs.road_type == RoadType.LANE_CENTER)
+            & (dirs[..., 0] > 0.5)
+            & (pts[..., 0] > 1.0)
+            & (jnp.abs(dist - look[:, None]) < 3.0)
+        )
+        to_goal = jnp.linalg.norm(pts - goal[:, None, :], axis=-1)
+        best = jnp.argmin(jnp.where(ok, to_goal, jnp.inf), axis=-1)
+        target = jnp.take_along_axis(pts, best[:, None, None], axis=1)[:, 0]
+        use_goal = (~jnp.any(ok, axis=-1)) | (goal_dist < look)
+        target = jnp.where(use_goal[:, None], goal, target)
+        ld2 = jnp.maximum(jnp.sum(target * target, axis=-1), 1.0)
+        curvature = 2.0 * target[:, 1] / ld2  # pure pursuit: 2 sin(alpha) / ld
+
+        # Longitudinal: cruise, brake for the goal, keep a gap to the leader.
+        v_goal = jnp.sqrt(2.0 * 2.0 * jnp.maximum(goal_dist - 1.0, 0.0)) + 1.0
+        rel = obs.partners[..., :2] * ocfg.partner_radius
+        half_len = 0.5 * obs.partners[..., 6] * ocfg.size_scale
+        ahead = obs.partner_mask & (rel[..., 0] > 0) & (jnp.abs(rel[..., 1]) < 2.2)
+        gap = jnp.min(jnp.where(ahead, rel[..., 0] - half_len - 2.5, jnp.inf), axis=-1)
+        v_gap = jnp.maximum(gap - 2.0, 0.0) / 1.5
+        target_speed = jnp.minimum(jnp.minimum(max_speed, v_goal), v_gap)
+        accel = jnp.clip((target_speed - speed) / 0.5, dyn.min_accel, dyn.max_accel)
+        return _to_env_action(env, accel, curvature, speed, obs.ego[:, 1] * ocfg.size_scale)
+
+    return act
+
+
+def log_replay(env: Env):
+    """Drive controlled agents along their logged trajectories via inverse dynamics."""
+    cfg = env.config
+
+    def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
+        del timestep, key
+        obj = params.pool.scenarios.objects
+        sid = state.scenario_id
+        t_next = cfg.init_step + state.step + 1
+        nxt_xy = obj.xy[sid, :, t_next]
+        nxt_yaw = obj.yaw[sid, :, t_next]
+        v = obj.vel[sid, :, t_next]
+        nxt_speed = v[:, 0] * jnp.cos(nxt_yaw) + v[:, 1] * jnp.sin(nxt_yaw)
+        cont = env.dynamics.inverse(state.agents, nxt_xy, nxt_yaw, nxt_speed, state.length)
+        if cfg.dynamics.action_space == "continuous":
+            return cont.astype(jnp.float32)
+        return _nearest_grid_action(env, cont)
+
+    return act
+
+
+def random_actions(env: Env):
+    """Uniformly random actions."""
+    a = env.config.scenario.max_agents
+
+    def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
+        del params, state, timestep
+        if env.config.dynamics.action_space == "discrete":
+            return jax.random.randint(key, (a,), 0, env.num_actions, dtype=jnp.int32)
+        m = env.dynamics
+        u = jax.random.uniform(key, (a, m.action_dim))
+        return (m.action_low + u * (m.action_high - m.action_low)).astype(jnp.float32)
+
+    return act
+
+
+CONTROLLERS = {"lane_follow": lane_follow, "log_replay": log_replay, "random": random_actions}
