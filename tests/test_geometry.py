@@ -182,8 +182,9 @@ def test_signed_distance_matches_shapely_on_10000_points():
     assert 0.2 * total < outside < 0.8 * total
 
 
+# No edge merging: the grid must then equal the brute force exactly.
 index_cfg = road_index.RoadIndexConfig(
-    grid_size=8, road_per_cell=16, chunk_size=4, edges_per_cell=32
+    grid_size=8, road_per_cell=16, chunk_size=4, edges_per_cell=32, edge_merge_tolerance=0.0
 )
 build_jit = jax.jit(jax.vmap(functools.partial(road_index.build_road_index, config=index_cfg)))
 
@@ -289,3 +290,38 @@ def test_within_radius_and_frames():
     assert bool(geometry.within_radius(jnp.array([-3.0, 4.0]), jnp.array([1.0, 1.0]), 5.0))
     assert not bool(geometry.within_radius(jnp.array([-3.0, 4.0]), jnp.array([1.0, 1.0]), 4.99))
     np.testing.assert_allclose(geometry.wrap_angle(jnp.float32(3 * np.pi / 2)), -np.pi / 2)
+
+
+def test_grid_offroad_on_procedural_scenes_within_merge_tolerance():
+    # Default index config (edge runs merged within 2 cm) on generated maps: signs agree
+    # with the brute force over all original segments wherever the point is farther than
+    # twice the tolerance from an edge, and distances differ by at most that.
+    from jaxdrive.scenarios.procedural import generate_batch
+
+    cfg = road_index.RoadIndexConfig()
+    tol = 2 * cfg.edge_merge_tolerance + 1e-4
+    scenes = generate_batch(jax.random.key(1), 4)
+
+    def check(rg, key):
+        idx = road_index.build_road_index(rg, cfg)
+        lo = idx.origin
+        p = lo + jax.random.uniform(key, (3000, 2)) * idx.cell_size * cfg.grid_size
+        grid = road_index.offroad_distance(idx, rg, p)
+        nxt = jnp.concatenate([rg.xy[1:], rg.xy[-1:]])
+        seg = road_index.edge_segment_mask(rg)
+        brute = jax.lax.map(
+            lambda q: geometry.signed_distance_to_edges(q, rg.xy, nxt, seg), p, batch_size=500
+        )
+        return grid, brute, idx.edge_overflow
+
+    grid, brute, overflow = jax.jit(jax.vmap(check))(
+        scenes.roadgraph, jax.random.split(jax.random.key(2), 4)
+    )
+    grid, brute = np.asarray(grid), np.asarray(brute)
+    clear = np.abs(brute) > tol
+    assert clear.mean() > 0.99
+    np.testing.assert_array_equal(grid[clear] > 0, brute[clear] > 0)
+    if int(jnp.sum(overflow)) == 0:
+        np.testing.assert_allclose(grid, brute, atol=tol)
+    else:  # cells over the candidate budget may report a farther edge, never a wrong side
+        assert np.mean(np.abs(grid - brute) <= tol) > 0.99

@@ -37,7 +37,7 @@ def _build_fn(config: RoadIndexConfig, batch_size: int):
 
 
 def make_pool(
-    scenarios: Scenario, index_config: RoadIndexConfig | None = None, batch_size: int = 32
+    scenarios: Scenario, index_config: RoadIndexConfig | None = None, batch_size: int = 4
 ) -> ScenarioPool:
     """Build road grids for a batch of scenarios (leading axis N) and return the pool.
 

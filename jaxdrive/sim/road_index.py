@@ -46,14 +46,18 @@ class RoadIndexConfig(ConfigBase):
         most a road observation holds.
       chunk_size: S, consecutive road points per chunk.
       edges_per_cell: E, edge-segment candidates per cell for the off-road test.
+      edge_merge_tolerance: metres; runs of road-edge segments are merged while every
+        vertex stays within this of the merged line (off-road distances then differ
+        from the original polyline's by at most twice this; 0 keeps every segment).
       margin: metres of grid beyond the outermost road point; a box corner outside the
         grid is off-road (when the map has road edges).
     """
 
-    grid_size: int = 16
+    grid_size: int = 32
     road_per_cell: int = 200
     chunk_size: int = 10
     edges_per_cell: int = 32
+    edge_merge_tolerance: float = 0.02
     margin: float = 10.0
 
     def __post_init__(self):
@@ -66,6 +70,7 @@ class RoadIndexConfig(ConfigBase):
                 f"'chunk_size' = {self.chunk_size}."
             )
         check_int("edges_per_cell", self.edges_per_cell, 1, 100_000)
+        check_range("edge_merge_tolerance", self.edge_merge_tolerance, 0.0, 1.0)
         check_range("margin", self.margin, 0.0, None)
 
 
@@ -104,6 +109,27 @@ class RoadIndex:
         return self.road.shape[-1] * self.points.shape[-2]
 
 
+def _segment_square_distance(centres, half, a, b, corner_dist, corner_cross):
+    """(C, R) exact distance from segments a->b to axis-aligned squares.
+
+    Zero when the segment meets the square: an end inside, or the segment's bounding box
+    overlapping the square with the square's corners on both sides of its line.
+    Otherwise the minimum of the ends' distances to the square and the corners'
+    distances to the segment.
+    """
+    def to_square(p):  # (R, 2) -> (C, R)
+        excess = jnp.maximum(jnp.abs(p[None, :, :] - centres[:, None, :]) - half, 0.0)
+        return jnp.sqrt(jnp.sum(excess * excess, axis=-1))
+
+    lo = jnp.minimum(a, b)[None]
+    hi = jnp.maximum(a, b)[None]
+    c = centres[:, None, :]
+    boxes_meet = jnp.all((lo <= c + half) & (hi >= c - half), axis=-1)
+    straddles = (jnp.min(corner_cross, axis=1) <= 0) & (jnp.max(corner_cross, axis=1) >= 0)
+    outside = jnp.minimum(jnp.minimum(to_square(a), to_square(b)), jnp.min(corner_dist, axis=1))
+    return jnp.where(boxes_meet & straddles, 0.0, outside)
+
+
 def _cell_centres(origin: jax.Array, cell_size: jax.Array, g: int) -> jax.Array:
     ij = jnp.arange(g, dtype=jnp.float32) + 0.5
     cx, cy = jnp.meshgrid(ij, ij, indexing="ij")  # cell c = i * G + j, i along x
@@ -113,6 +139,47 @@ def _cell_centres(origin: jax.Array, cell_size: jax.Array, g: int) -> jax.Array:
 def edge_segment_mask(roadgraph: Roadgraph) -> jax.Array:
     """(R,) bool: point i starts a road-edge segment to point i+1."""
     return roadgraph.segment_mask() & (roadgraph.type == RoadType.ROAD_EDGE)
+
+
+def merged_edge_segments(
+    roadgraph: Roadgraph, tolerance: float
+) -> tuple[jax.Array, jax.Array]:
+    """Road-edge segments with runs of nearly collinear segments merged into one.
+
+    Dense polylines (0.5-1 m spacing) would otherwise flood each grid cell's candidate
+    list. A run starts at an anchor point ``a`` with direction ``u`` and continues while
+    each next vertex lies within ``tolerance`` of the line through ``a`` along ``u``
+    (and the polyline goes on in the same direction), so every original vertex is within
+    ``2 * tolerance`` of its merged segment. ``tolerance = 0`` merges nothing.
+
+    Returns:
+      starts: (R,) bool, point i starts a merged edge segment.
+      ends: (R, 2) float32, that segment's end point (meaningful where ``starts``).
+    """
+    xy = roadgraph.xy
+    r = roadgraph.num_points
+    seg_ok = edge_segment_mask(roadgraph)
+    nxt = jnp.concatenate([xy[1:], xy[-1:]], axis=0)
+    d = nxt - xy
+    u = d / jnp.maximum(jnp.linalg.norm(d, axis=-1, keepdims=True), 1e-12)
+    prev_ok = jnp.concatenate([jnp.zeros((1,), bool), seg_ok[:-1]])
+
+    def body(carry, i):
+        anchor, direction = carry
+        off = nxt[i] - anchor
+        lateral = jnp.abs(direction[0] * off[1] - direction[1] * off[0])
+        cont = (prev_ok[i] & seg_ok[i] & (jnp.dot(direction, u[i]) > 0)
+                & (lateral <= tolerance))
+        anchor = jnp.where(cont, anchor, xy[i])
+        direction = jnp.where(cont, direction, u[i])
+        return (anchor, direction), cont
+
+    _, continues = jax.lax.scan(body, (xy[0], u[0]), jnp.arange(r))
+    # A run starting at j ends at the first point after j that does not continue it.
+    stop = jnp.where(continues, r, jnp.arange(r))
+    first_stop = jax.lax.cummin(stop, reverse=True)
+    end_index = jnp.minimum(jnp.concatenate([first_stop[1:], jnp.array([r - 1])]), r - 1)
+    return seg_ok & ~continues, xy[end_index]
 
 
 def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex:
@@ -157,14 +224,22 @@ def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex
     points = packed.reshape(num_chunks, size, 5).astype(jnp.float32)
 
     # Edge segments that can be nearest to any point in the cell.
-    seg_ok = edge_segment_mask(roadgraph)
-    nxt = jnp.concatenate([xy[1:], xy[-1:]], axis=0)
-    dist, _ = geometry.segment_distance(centres[:, None, :], xy[None, :, :], nxt[None, :, :])
-    dist = jnp.where(seg_ok[None, :], dist, big)
-    d0 = jnp.min(dist, axis=1, keepdims=True)
-    half_diag = cell_size * jnp.float32(math.sqrt(0.5))
+    seg_ok, nxt = merged_edge_segments(roadgraph, config.edge_merge_tolerance)
+    half = 0.5 * cell_size
+    corners = centres[:, None, :] + half * jnp.array(
+        [[-1.0, -1.0], [-1.0, 1.0], [1.0, -1.0], [1.0, 1.0]], jnp.float32
+    )  # (C, 4, 2)
+    # D: an upper bound on every cell point's nearest-edge distance. Distance to a
+    # segment is convex, so its maximum over the square is at a corner.
+    corner_dist, corner_cross = geometry.segment_distance(
+        corners[:, :, None, :], xy[None, None, :, :], nxt[None, None, :, :]
+    )  # (C, 4, R)
+    upper = jnp.min(jnp.where(seg_ok[None, :], jnp.max(corner_dist, axis=1), big), axis=1)
+    dist = _segment_square_distance(centres, half, xy, nxt, corner_dist, corner_cross)
+    # A segment can be some cell point's nearest only if it comes within D of the cell.
     # The 1e-3 m slack absorbs float rounding in the bound.
-    cand = dist <= d0 + 2.0 * half_diag + 1e-3
+    cand = seg_ok[None, :] & (dist <= upper[:, None] + 1e-3)
+    # Keep the nearest to the cell when a cell has more than E (counted as overflow).
     neg_e, idx_e = jax.lax.top_k(-jnp.where(cand, dist, big), e)
     seg = nxt - xy
     seg_len = jnp.sqrt(jnp.sum(seg * seg, axis=-1))

@@ -1,0 +1,221 @@
+"""Benchmarks: ``python -m jaxdrive.bench env [...]``.
+
+``env`` times a full batched environment step (dynamics, collisions, off-road,
+observations, rewards, auto-reset) inside a ``lax.scan`` whose carry holds the
+observations, as in a real rollout, on procedural 4-way intersections filled with the
+requested number of vehicles and road points. Each configuration: one warm-up call
+(its wall time is reported as ``compile_s``), then ``--repeats`` timed calls with
+``block_until_ready``; the median is reported. Prints a table and writes JSON.
+
+With no size options a default sweep runs; any of ``--envs --agents --partners
+--road-obs --road-points --dynamics`` takes one or more values and the product of the
+given values (others at their defaults) is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import platform
+import resource
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdrive.config import ConfigError
+from jaxdrive.env import Env, EnvConfig
+from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch, required_sizes
+
+DEFAULTS = dict(envs=16, agents=64, partners=63, road_obs=200, road_points=4096,
+                dynamics="bicycle")
+# (envs, agents, partners, road_obs, road_points, dynamics)
+DEFAULT_SWEEP = [
+    (16, 64, 63, 200, 4096, "bicycle"),  # acceptance (i): 1,024 agents
+    (64, 64, 63, 200, 4096, "bicycle"),
+    (256, 64, 63, 200, 4096, "bicycle"),
+    (16, 64, 63, 200, 4096, "delta_local"),
+    (32, 32, 16, 64, 2048, "bicycle"),
+    (8, 128, 63, 200, 20480, "bicycle"),  # acceptance (ii): WOMD-sized map
+]
+
+
+def scene_configs(agents: int, road_points: int) -> tuple[ScenarioConfig, ProceduralConfig]:
+    """4-way intersections, 2 lanes each way, arms long enough for ``agents`` vehicles,
+    road points spaced as densely as ``road_points`` allows (worst case)."""
+    arm = 60.0
+    while True:
+        base = ProceduralConfig(
+            topology={"straight": 0.0, "curve": 0.0, "t_junction": 0.0, "intersection": 1.0},
+            lanes_per_direction=(2, 2), arm_length=arm, num_agents=(agents, agents),
+        )
+        if required_sizes(base)["spawn_slots"] >= agents:
+            break
+        arm *= 1.25
+    lo, hi = 0.05, 20.0  # point spacing: the densest that fits
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        if required_sizes(base.replace(point_spacing=mid))["max_road_points"] <= road_points:
+            hi = mid
+        else:
+            lo = mid
+    proc = base.replace(point_spacing=hi)
+    need = required_sizes(proc)
+    scen = ScenarioConfig(
+        max_agents=agents, max_road_points=road_points, max_lanes=need["max_lanes"],
+        max_lane_successors=need["max_lane_successors"],
+    )
+    return scen, proc
+
+
+def bench_env(envs, agents, partners, road_obs, road_points, dynamics, steps=20, repeats=5,
+              pool_size=16, seed=0) -> dict:
+    """Time one configuration; returns a JSON-ready record."""
+    scen, proc = scene_configs(agents, road_points)
+    chunk = 10
+    cfg = EnvConfig.from_dict({
+        "scenario": scen.to_dict(),
+        "dynamics": {"model": dynamics},
+        "observation": {"num_partners": partners, "num_road": road_obs},
+        "road_index": {"road_per_cell": max(chunk, math.ceil(road_obs / chunk) * chunk),
+                       "chunk_size": chunk},
+    })
+    t0 = time.perf_counter()
+    scenes = generate_batch(jax.random.key(seed), pool_size, proc, scen)
+    pool = make_pool(scenes, cfg.road_index)
+    env = Env(cfg)
+    params = env.make_params(pool)
+    jax.block_until_ready(params)
+    build_s = time.perf_counter() - t0
+
+    def rollout(state, timestep, key):
+        def body(carry, k):
+            state, _ = carry
+            if cfg.dynamics.action_space == "discrete":
+                action = jax.random.randint(k, (envs, agents), 0, env.num_actions)
+            else:
+                m = env.dynamics
+                u = jax.random.uniform(k, (envs, agents, m.action_dim))
+                action = m.action_low + u * (m.action_high - m.action_low)
+            return env.step_batch(params, state, action), None
+
+        (state, timestep), _ = jax.lax.scan(
+            body, (state, timestep), jax.random.split(key, steps)
+        )
+        return state, timestep
+
+    run = jax.jit(rollout, donate_argnums=(0, 1))
+    state, ts = jax.jit(env.reset_batch, static_argnums=2)(params, jax.random.key(seed), envs)
+    t0 = time.perf_counter()
+    state, ts = run(state, ts, jax.random.key(1))
+    jax.block_until_ready(ts)
+    compile_s = time.perf_counter() - t0
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        state, ts = run(state, ts, jax.random.key(2 + r))
+        jax.block_until_ready(ts)
+        times.append(time.perf_counter() - t0)
+    median = float(np.median(times))
+    nbytes = lambda tree: int(sum(x.nbytes for x in jax.tree.leaves(tree)))
+    valid_points = float(jnp.mean(jnp.sum(pool.scenarios.roadgraph.valid, axis=-1)))
+    valid_agents = float(jnp.mean(jnp.sum(pool.scenarios.objects.valid[..., 0], axis=-1)))
+    mem = jax.devices()[0].memory_stats() or {}
+    return {
+        "envs": envs, "agents": agents, "partners": min(partners, agents - 1),
+        "road_obs": road_obs, "road_points": road_points, "dynamics": dynamics,
+        "batch_agents": envs * agents,
+        "agent_steps_per_s": envs * agents * steps / median,
+        "env_steps_per_s": envs * steps / median,
+        "step_ms": 1e3 * median / steps,
+        "timed_runs_s": times, "steps_per_run": steps,
+        "compile_s": compile_s, "pool_build_s": build_s,
+        "mean_valid_road_points": valid_points, "mean_vehicles": valid_agents,
+        "edge_overflow_cells": int(jnp.sum(pool.road_index.edge_overflow)),
+        "pool_bytes": nbytes(pool), "state_bytes": nbytes(state), "obs_bytes": nbytes(ts.obs),
+        "device_peak_bytes": mem.get("peak_bytes_in_use"),
+        "host_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _table(records: list[dict]) -> str:
+    head = (f"{'envs':>5} {'agents':>6} {'partners':>8} {'road_obs':>8} {'road_pts':>8} "
+            f"{'dynamics':>11} {'agent-steps/s':>14} {'step ms':>8} {'compile s':>9} "
+            f"{'pool MB':>8}")
+    rows = [head, "-" * len(head)]
+    for r in records:
+        rows.append(
+            f"{r['envs']:>5} {r['agents']:>6} {r['partners']:>8} {r['road_obs']:>8} "
+            f"{r['road_points']:>8} {r['dynamics']:>11} {r['agent_steps_per_s']:>14,.0f} "
+            f"{r['step_ms']:>8.2f} {r['compile_s']:>9.1f} {r['pool_bytes'] / 2**20:>8.1f}"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jaxdrive.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    e = sub.add_parser("env", help="time the batched environment step")
+    e.add_argument("--envs", type=int, nargs="+")
+    e.add_argument("--agents", type=int, nargs="+")
+    e.add_argument("--partners", type=int, nargs="+")
+    e.add_argument("--road-obs", type=int, nargs="+")
+    e.add_argument("--road-points", type=int, nargs="+")
+    e.add_argument("--dynamics", nargs="+", choices=["bicycle", "delta_local"])
+    e.add_argument("--steps", type=int, default=20, help="steps per timed call (a scan)")
+    e.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")
+    e.add_argument("--json", default="bench_env.json", help="output file")
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.steps < 1:
+        p.error("--repeats and --steps must be >= 1")
+
+    keys = ["envs", "agents", "partners", "road_obs", "road_points", "dynamics"]
+    given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    if given:
+        values = [given.get(k, [DEFAULTS[k]]) for k in keys]
+        configs = list(itertools.product(*values))
+    else:
+        configs = DEFAULT_SWEEP
+    for c in configs:
+        if min(c[:5]) < 1:
+            p.error(f"sizes must be >= 1, got {dict(zip(keys, c, strict=True))}")
+
+    print(f"jaxdrive bench env: backend {jax.default_backend()}, "
+          f"{jax.devices()[0].device_kind}, {len(configs)} configuration(s), median of "
+          f"{args.repeats} runs of {args.steps} steps", flush=True)
+    records = []
+    for c in configs:
+        try:
+            rec = bench_env(*c, steps=args.steps, repeats=args.repeats)
+        except ConfigError as err:
+            print(f"error: {dict(zip(keys, c, strict=True))}: {err}", file=sys.stderr)
+            return 2
+        records.append(rec)
+        print(f"  {dict(zip(keys, c, strict=True))}: {rec['agent_steps_per_s']:,.0f} "
+              f"agent-steps/s (compile {rec['compile_s']:.1f} s)", flush=True)
+    print()
+    print(_table(records))
+    out = {
+        "benchmark": "env",
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "cpu_count": __import__("os").cpu_count(),
+                    "backend": jax.default_backend(),
+                    "device": jax.devices()[0].device_kind, "jax": jax.__version__},
+        "command": " ".join(["python -m jaxdrive.bench"] + (argv or sys.argv[1:])),
+        "records": records,
+    }
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=2)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
