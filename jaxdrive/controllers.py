@@ -67,8 +67,9 @@ def lane_follow(
         goal_dist = obs.ego[:, 5] * ocfg.goal_scale
         look = jnp.maximum(min_lookahead, lookahead_time * speed)
 
-        pts = obs.road[..., :2] * ocfg.road_radius  # (A, M, 2)
-        dirs = obs.road[..., 2:4]
+        road = obs.road_tokens  # (A, M, F)
+        pts = road[..., :2] * ocfg.road_radius
+        dirs = road[..., 2:4]
         dist = jnp.linalg.norm(pts, axis=-1)
         ok = (
             obs.road_mask
@@ -87,8 +88,9 @@ def lane_follow(
 
         # Longitudinal: cruise, brake for the goal, keep a gap to the leader.
         v_goal = jnp.sqrt(2.0 * 2.0 * jnp.maximum(goal_dist - 1.0, 0.0)) + 1.0
-        rel = obs.partners[..., :2] * ocfg.partner_radius
-        half_len = 0.5 * obs.partners[..., 6] * ocfg.size_scale
+        partners = obs.partner_tokens  # (A, K, F)
+        rel = partners[..., :2] * ocfg.partner_radius
+        half_len = 0.5 * partners[..., 6] * ocfg.size_scale
         ahead = obs.partner_mask & (rel[..., 0] > 0) & (jnp.abs(rel[..., 1]) < 2.2)
         gap = jnp.min(jnp.where(ahead, rel[..., 0] - half_len - 2.5, jnp.inf), axis=-1)
         v_gap = jnp.maximum(gap - 2.0, 0.0) / 1.5

@@ -361,22 +361,14 @@ class Env:
         )
 
     # ------------------------------------------------------------------ step
-    def step(
-        self, params: EnvParams, state: EnvState, action: jax.Array
-    ) -> tuple[EnvState, TimeStep]:
-        """Advance one environment by one step (dt = ``dynamics.dt``).
-
-        Args:
-          params: ``EnvParams``.
-          state: ``EnvState``.
-          action: (A,) int32 grid indices (discrete) or (A, action_dim) float32
-            (continuous); entries of agents that are not active are ignored.
-        Returns:
-          (next state, ``TimeStep``); on an episode's last step the state is already the
-          next episode's first.
-        """
+    def _transition(self, params: EnvParams, state: EnvState, action: jax.Array):
+        """Everything in a step but the auto-reset and the observation."""
         cfg = self.config
-        key, k_reset, k_goal = jax.random.split(state.key, 3)
+        # Randomness only where used (new goals here, auto-reset later): key splitting
+        # runs as its own loop on CPU and would otherwise cost every step.
+        key = state.key
+        if cfg.goal_behavior == "new_goal":
+            key, k_goal = jax.random.split(key)
         sid = state.scenario_id
         acting = state.active
         t_next = cfg.init_step + state.step + 1
@@ -441,26 +433,40 @@ class Env:
             goal_distance=jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32),
             episode=episode, key=key,
         )
-        with jax.named_scope("auto_reset"):
-            k_sid, k_state = jax.random.split(k_reset)
-            new_sid = jax.random.randint(k_sid, (), 0, params.pool.size, dtype=jnp.int32)
-            fresh = self._initial_state(params, new_sid, k_state)
-            fresh = fresh.replace(key=key)
-            next_state = jax.tree.map(
-                lambda f, c: jnp.where(episode_end, f, c), fresh, continued
-            )
-        timestep = TimeStep(
-            obs=self._observe(params, next_state),
-            active=next_state.active,
-            reward=r,
-            terminated=terminated,
-            truncated=truncated,
-            metrics=m,
-            episode_done=episode_end,
-            episode=episode,
-            episode_mask=controlled,
+        partial = TimeStep(
+            obs=None, active=None, reward=r, terminated=terminated, truncated=truncated,
+            metrics=m, episode_done=episode_end, episode=episode, episode_mask=controlled,
         )
-        return next_state, timestep
+        return continued, partial
+
+    def _auto_reset(self, params: EnvParams, state: EnvState, episode_end: jax.Array) -> EnvState:
+        """Where the episode ended, the initial state of a random pool scenario."""
+        with jax.named_scope("auto_reset"):
+            key, k_sid, k_state = jax.random.split(state.key, 3)
+            new_sid = jax.random.randint(k_sid, (), 0, params.pool.size, dtype=jnp.int32)
+            fresh = self._initial_state(params, new_sid, k_state).replace(key=key)
+            return jax.tree.map(lambda f, c: jnp.where(episode_end, f, c), fresh, state)
+
+    def _finish(self, params: EnvParams, state: EnvState, partial: TimeStep) -> TimeStep:
+        return partial.replace(obs=self._observe(params, state), active=state.active)
+
+    def step(
+        self, params: EnvParams, state: EnvState, action: jax.Array
+    ) -> tuple[EnvState, TimeStep]:
+        """Advance one environment by one step (dt = ``dynamics.dt``).
+
+        Args:
+          params: ``EnvParams``.
+          state: ``EnvState``.
+          action: (A,) int32 grid indices (discrete) or (A, action_dim) float32
+            (continuous); entries of agents that are not active are ignored.
+        Returns:
+          (next state, ``TimeStep``); on an episode's last step the state is already the
+          next episode's first.
+        """
+        state, partial = self._transition(params, state, action)
+        state = self._auto_reset(params, state, partial.episode_done)
+        return state, self._finish(params, state, partial)
 
     def _observe(self, params: EnvParams, state: EnvState) -> Observation:
         visible = state.agents.valid & ~state.removed
@@ -496,14 +502,34 @@ class Env:
 
     @functools.cached_property
     def _step_batch(self):
-        return jax.vmap(self.step, in_axes=(None, 0, 0))
+        transition = jax.vmap(self._transition, in_axes=(None, 0, 0))
+        auto_reset = jax.vmap(self._auto_reset, in_axes=(None, 0, 0))
+        finish = jax.vmap(self._finish, in_axes=(None, 0, 0))
+
+        def step_batch(params, state, action):
+            state, partial = transition(params, state, action)
+            # Episodes end on few steps: skip the reset gathers when none ended (same
+            # result as resetting per env, as ``step`` does).
+            state = jax.lax.cond(
+                jnp.any(partial.episode_done),
+                lambda s: auto_reset(params, s, partial.episode_done),
+                lambda s: s,
+                state,
+            )
+            return state, finish(params, state, partial)
+
+        return step_batch
 
     def reset_batch(self, params: EnvParams, key: jax.Array, num_envs: int):
         """Reset ``num_envs`` environments (leading axis B)."""
         return self._reset_batch(params, jax.random.split(key, num_envs))
 
     def step_batch(self, params: EnvParams, state: EnvState, action: jax.Array):
-        """Step a batch of environments (state and action with leading axis B)."""
+        """Step a batch of environments (state and action with leading axis B).
+
+        Equal to ``jax.vmap(step)`` but computes auto-resets only on steps where some
+        episode ended.
+        """
         return self._step_batch(params, state, action)
 
 

@@ -40,6 +40,7 @@ def compute_metrics(
     goal: jax.Array,
     prev_goal_distance: jax.Array,
     goal_radius: float,
+    trig=None,
 ) -> StepMetrics:
     """Metrics of one environment's state.
 
@@ -50,13 +51,16 @@ def compute_metrics(
       length, width: (A,) float32; goal: (A, 2) float32.
       prev_goal_distance: (A,) float32, the goal distance before this step.
       goal_radius: metres.
+      trig: optional ``(cos(yaw), sin(yaw))`` (A,) each, materialised.
     """
     with jax.named_scope("metrics"):
-        hit = geometry.pairwise_overlap(agents.xy, agents.yaw, length, width, present)
+        if trig is None:
+            trig = geometry.cos_sin(agents.yaw)
+        hit = geometry.pairwise_overlap(agents.xy, agents.yaw, length, width, present, trig)
         collided = jnp.any(hit, axis=-1)
         offroad = present & road_index.is_offroad(
             pool.road_index, pool.scenarios.roadgraph, agents.xy, agents.yaw, length, width,
-            scenario_id,
+            scenario_id, trig,
         )
         goal_distance = jnp.linalg.norm(goal - agents.xy, axis=-1)
         return StepMetrics(

@@ -5,13 +5,14 @@ Features (all in the observing agent's frame: x forward, y left; normalised):
 - ego (``EGO_FEATURES`` = 8): speed / speed_scale, length / size_scale,
   width / size_scale, goal x / goal_scale, goal y / goal_scale,
   goal distance / goal_scale, steer, accel / speed_scale.
-- partner (``PARTNER_FEATURES`` = 8): x / partner_radius, y / partner_radius,
-  cos and sin of relative yaw, relative velocity x and y / speed_scale,
-  length / size_scale, width / size_scale. Type in ``partner_type``.
-- road (``ROAD_FEATURES`` = 4): x / road_radius, y / road_radius, direction x and y
-  (unit vector). Type in ``road_type``.
+- partner (``PARTNER_FEATURES`` = 10 rows of K values): x / partner_radius,
+  y / partner_radius, cos and sin of relative yaw, relative velocity x and y /
+  speed_scale, length / size_scale, width / size_scale, valid (1/0), ``ObjectType``.
+- road (``ROAD_FEATURES`` = 6 rows of M values): x / road_radius, y / road_radius,
+  direction x and y (unit vector), valid (1/0), ``RoadType``.
 
-Masked entries are zero. Road points come from the scenario's grid (``RoadIndex``): the
+Partner and road arrays are feature-major (see ``jaxdrive.types.Observation``); masked
+entries are zero. Road points come from the scenario's grid (``RoadIndex``): the
 ``num_road`` points of the chunks nearest the agent's cell centre, those within
 ``road_radius`` unmasked.
 """
@@ -29,8 +30,8 @@ from jaxdrive.sim import geometry, road_index
 from jaxdrive.types import AgentState, Observation
 
 EGO_FEATURES = 8
-PARTNER_FEATURES = 8
-ROAD_FEATURES = 4
+PARTNER_FEATURES = 10
+ROAD_FEATURES = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,7 @@ def observe(
     width: jax.Array,
     obj_type: jax.Array,
     goal: jax.Array,
+    trig=None,
 ) -> Observation:
     """Observation of every agent slot of one environment.
 
@@ -79,14 +81,18 @@ def observe(
       agents: ``AgentState`` with A agents.
       visible: (A,) bool, agents others can see (present and not removed).
       length, width: (A,) float32; obj_type: (A,) int32; goal: (A, 2) float32.
+      trig: optional ``(cos(yaw), sin(yaw))`` (A,) each, materialised (see
+        ``geometry.materialize``); computed here when absent.
     Returns:
       ``Observation`` with leading axis A.
     """
+    if trig is None:
+        trig = geometry.cos_sin(agents.yaw)
     with jax.named_scope("observe"):
         ego = _ego_features(config, agents, length, width, goal)
-        partners = _partner_features(config, agents, visible, length, width, obj_type)
-        road = _road_features(config, pool, scenario_id, agents)
-    return Observation(ego=ego, **partners, **road)
+        partners = _partner_features(config, agents, visible, length, width, obj_type, trig)
+        road = _road_features(config, pool, scenario_id, agents, trig)
+    return Observation(ego=ego, partners=partners, road=road)
 
 
 def _ego_features(config, agents, length, width, goal):
@@ -107,80 +113,80 @@ def _ego_features(config, agents, length, width, goal):
     ).astype(jnp.float32)
 
 
-def _drop_diagonal(x: jax.Array) -> jax.Array:
-    """(A, A, ...) -> (A, A-1, ...): row i without column i, by reshapes (no gather)."""
+def _partners_of(x: jax.Array) -> jax.Array:
+    """(A, ...) -> (A, A-1, ...): row i lists every agent but i, in index order.
+
+    Partner k of observer i is agent ``k + (k >= i)``: a select between two shifted
+    broadcasts, so no gather and no copy of a full (A, A) table.
+    """
     a = x.shape[0]
-    rest = x.shape[2:]
-    flat = x.reshape((a * a,) + rest)[1:]
-    return flat.reshape((a - 1, a + 1) + rest)[:, :-1].reshape((a, a - 1) + rest)
+    later = jnp.arange(a - 1)[None, :] >= jnp.arange(a)[:, None]
+    later = later.reshape(later.shape + (1,) * (x.ndim - 1))
+    return jnp.where(later, x[1:][None], x[:-1][None])
 
 
-def _partner_features(config, agents, visible, length, width, obj_type):
+def _partner_features(config, agents, visible, length, width, obj_type, trig):
+    """(A, PARTNER_FEATURES, K) float32."""
     a = agents.xy.shape[0]
     k = min(config.num_partners, a - 1)
     if k == 0:
-        z = jnp.zeros((a, 0), jnp.float32)
-        return dict(
-            partners=jnp.zeros((a, 0, PARTNER_FEATURES), jnp.float32),
-            partner_type=z.astype(jnp.int32), partner_mask=z.astype(bool),
-        )
-    # All pairs by broadcasting (row = observer, column = partner), then the diagonal
-    # dropped: cheaper on every backend than gathering partner rows.
-    c, s = jnp.cos(agents.yaw)[:, None], jnp.sin(agents.yaw)[:, None]
+        return jnp.zeros((a, PARTNER_FEATURES, 0), jnp.float32)
+    cos, sin = trig
+    # All (observer, partner) pairs by broadcasting, rows = observers.
+    c, s = cos[:, None], sin[:, None]
     dx = agents.xy[None, :, 0] - agents.xy[:, None, 0]
     dy = agents.xy[None, :, 1] - agents.xy[:, None, 1]
     dvx = agents.vel[None, :, 0] - agents.vel[:, None, 0]
     dvy = agents.vel[None, :, 1] - agents.vel[:, None, 1]
-    rel_yaw = agents.yaw[None, :] - agents.yaw[:, None]
-    ok = visible[None, :] & visible[:, None] & (dx * dx + dy * dy <= config.partner_radius**2)
+    pc, ps = cos[None, :], sin[None, :]
+    dist2 = dx * dx + dy * dy
+    ok = visible[None, :] & visible[:, None] & (dist2 <= config.partner_radius**2)
+    okf = ok.astype(jnp.float32)
     ones = jnp.ones((a, 1), jnp.float32)
-    feats = jnp.stack(
-        [
-            (c * dx + s * dy) / config.partner_radius,
-            (-s * dx + c * dy) / config.partner_radius,
-            jnp.cos(rel_yaw),
-            jnp.sin(rel_yaw),
-            (c * dvx + s * dvy) / config.speed_scale,
-            (-s * dvx + c * dvy) / config.speed_scale,
-            ones * (length / config.size_scale)[None, :],
-            ones * (width / config.size_scale)[None, :],
-        ],
-        axis=-1,
-    )
-    ptype = jnp.broadcast_to(obj_type[None, :], (a, a))
-    feats, ok, ptype = _drop_diagonal(feats), _drop_diagonal(ok), _drop_diagonal(ptype)
+    rows = [
+        (c * dx + s * dy) / config.partner_radius,
+        (-s * dx + c * dy) / config.partner_radius,
+        pc * c + ps * s,  # cos(partner yaw - ego yaw)
+        ps * c - pc * s,  # sin(partner yaw - ego yaw)
+        (c * dvx + s * dvy) / config.speed_scale,
+        (-s * dvx + c * dvy) / config.speed_scale,
+        ones * (length / config.size_scale)[None, :],
+        ones * (width / config.size_scale)[None, :],
+        ones * jnp.ones((1, a), jnp.float32),
+        ones * obj_type.astype(jnp.float32)[None, :],
+    ]
+    full = jnp.stack([r * okf for r in rows], axis=1)  # (A, F, A)
+    # Drop each observer's own column: partner j of observer i is agent j + (j >= i),
+    # a select between two shifted slices (no gather).
+    later = (jnp.arange(a - 1)[None, :] >= jnp.arange(a)[:, None])[:, None, :]
+    feats = jnp.where(later, full[:, :, 1:], full[:, :, :-1]).astype(jnp.float32)
     if k < a - 1:
         # Nearest K by distance; masked partners sort last.
-        dist2 = jnp.sum(jnp.square(feats[..., :2]), axis=-1)
-        _, pick = jax.lax.top_k(jnp.where(ok, -dist2, -jnp.inf), k)
-        feats = jnp.take_along_axis(feats, pick[..., None], axis=1)
-        ok = jnp.take_along_axis(ok, pick, axis=1)
-        ptype = jnp.take_along_axis(ptype, pick, axis=1)
-    feats = jnp.where(ok[..., None], feats, 0.0).astype(jnp.float32)
-    return dict(partners=feats, partner_type=jnp.where(ok, ptype, 0).astype(jnp.int32),
-                partner_mask=ok)
+        d2 = jnp.where(later[:, 0], dist2[:, 1:], dist2[:, :-1])
+        valid = feats[:, -2, :] > 0.5
+        _, pick = jax.lax.top_k(jnp.where(valid, -d2, -jnp.inf), k)
+        feats = jnp.take_along_axis(feats, pick[:, None, :], axis=2)
+    return feats
 
 
-def _road_features(config, pool, scenario_id, agents):
+def _road_features(config, pool, scenario_id, agents, trig):
+    """(A, ROAD_FEATURES, M) float32."""
     m = min(config.num_road, pool.road_index.road_per_cell)
     block = road_index.road_block(pool.road_index, agents.xy, m, scenario_id)  # (A, M, 5)
-    c, s = jnp.cos(agents.yaw)[:, None], jnp.sin(agents.yaw)[:, None]
+    cos, sin = trig
+    c, s = cos[:, None], sin[:, None]
     dx = block[..., 0] - agents.xy[:, None, 0]
     dy = block[..., 1] - agents.xy[:, None, 1]
     lx = c * dx + s * dy
     ly = -s * dx + c * dy
     rtype = block[..., 4]
-    ok = (rtype >= 0) & (lx * lx + ly * ly <= config.road_radius**2)
-    feats = jnp.stack(
-        [
-            lx / config.road_radius,
-            ly / config.road_radius,
-            c * block[..., 2] + s * block[..., 3],
-            -s * block[..., 2] + c * block[..., 3],
-        ],
-        axis=-1,
-    )
-    feats = jnp.where(ok[..., None], feats, 0.0).astype(jnp.float32)
-    return dict(
-        road=feats, road_type=jnp.where(ok, rtype, 0).astype(jnp.int32), road_mask=ok
-    )
+    okf = ((rtype >= 0) & (lx * lx + ly * ly <= config.road_radius**2)).astype(jnp.float32)
+    rows = [
+        lx / config.road_radius,
+        ly / config.road_radius,
+        c * block[..., 2] + s * block[..., 3],
+        -s * block[..., 2] + c * block[..., 3],
+        jnp.ones_like(lx),
+        rtype,
+    ]
+    return jnp.stack([r * okf for r in rows], axis=1).astype(jnp.float32)

@@ -225,23 +225,51 @@ class AgentState:
 class Observation:
     """Ego-frame observation of every agent slot (normalised; see ``jaxdrive.observation``).
 
+    Partner and road arrays are *feature-major*: one contiguous row of K (or M) values
+    per feature, which is what lets the simulator write them at memory speed. The last
+    two rows are the validity mask (1.0 / 0.0) and the type id (as float); masked
+    entries are zero in every row. ``partner_tokens`` and ``road_tokens`` give the usual
+    token-major view, and the ``*_mask`` / ``*_type`` properties the typed rows.
+
     Attributes:
       ego: (A, F_ego) float32.
-      partners: (A, K, F_partner) float32, the K nearest other agents.
-      partner_type: (A, K) int32, ``ObjectType``.
-      partner_mask: (A, K) bool.
-      road: (A, M, F_road) float32, the M nearest road points.
-      road_type: (A, M) int32, ``RoadType``.
-      road_mask: (A, M) bool.
+      partners: (A, F_partner, K) float32, the K nearest other agents.
+      road: (A, F_road, M) float32, the M nearest road points.
     """
 
     ego: jax.Array
     partners: jax.Array
-    partner_type: jax.Array
-    partner_mask: jax.Array
     road: jax.Array
-    road_type: jax.Array
-    road_mask: jax.Array
+
+    @property
+    def partner_tokens(self) -> jax.Array:
+        """(A, K, F_partner) float32."""
+        return jnp.swapaxes(self.partners, -1, -2)
+
+    @property
+    def road_tokens(self) -> jax.Array:
+        """(A, M, F_road) float32."""
+        return jnp.swapaxes(self.road, -1, -2)
+
+    @property
+    def partner_mask(self) -> jax.Array:
+        """(A, K) bool."""
+        return self.partners[..., -2, :] > 0.5
+
+    @property
+    def partner_type(self) -> jax.Array:
+        """(A, K) int32, ``ObjectType`` (0 where masked)."""
+        return self.partners[..., -1, :].astype(jnp.int32)
+
+    @property
+    def road_mask(self) -> jax.Array:
+        """(A, M) bool."""
+        return self.road[..., -2, :] > 0.5
+
+    @property
+    def road_type(self) -> jax.Array:
+        """(A, M) int32, ``RoadType`` (0 where masked)."""
+        return self.road[..., -1, :].astype(jnp.int32)
 
 
 def tree_take(tree, index):

@@ -78,7 +78,7 @@ def test_reset_matches_log_and_kinds():
     )
     np.testing.assert_allclose(state.agents.xy[:3], [[0, -2], [20, -2], [0, 2]], atol=1e-5)
     np.testing.assert_array_equal(ts.active, [True, False, True, False])
-    assert ts.obs.ego.shape == (A, 8) and ts.obs.partners.shape == (A, 3, 8)
+    assert ts.obs.ego.shape == (A, 8) and ts.obs.partners.shape == (A, 10, 3)
 
 
 def test_sdc_mode_experts_replay_log_and_parked_are_static():

@@ -59,14 +59,16 @@ def test_partner_and_ego_features_hand_computed():
     width = jnp.full(A, 2.0)
     goal = jnp.zeros((A, 2)).at[0].set(jnp.array([0.0, 30.0]))
     obs = observe_jit(cfg, agents, visible, length, width, goal)
-    p = np.asarray(obs.partners[0])
+    p = np.asarray(obs.partner_tokens[0])
     mask = np.asarray(obs.partner_mask[0])
     # Agent 0's partner slots are agents 1..5 in order; only agent 1 is visible and near
     # (agent 2 is 141 m away, beyond the 50 m radius).
     np.testing.assert_array_equal(mask, [True, False, False, False, False])
+    # The last two rows are valid (1) and the type id (1 = vehicle).
     np.testing.assert_allclose(
-        p[0], [0.08, 0.06, 0.0, -1.0, -10 / 30, -5 / 30, 0.4, 0.2], atol=1e-5
+        p[0], [0.08, 0.06, 0.0, -1.0, -10 / 30, -5 / 30, 0.4, 0.2, 1.0, 1.0], atol=1e-5
     )
+    assert obs.partners.shape == (A, 10, 5)
     assert np.all(p[1:] == 0)
     # Ego: speed 10/30, size 0.4 and 0.2, goal 30 m straight ahead -> (0.3, 0), dist 0.3.
     np.testing.assert_allclose(
@@ -89,7 +91,7 @@ def test_nearest_k_partners_match_brute_force():
             ok = visible & visible[i] & (d <= 30.0) & (np.arange(A) != i)
             want = np.sort(d[ok])[:2]
             got_mask = np.asarray(obs.partner_mask[i])
-            rel = np.asarray(obs.partners[i, :, :2]) * 30.0
+            rel = np.asarray(obs.partner_tokens[i, :, :2]) * 30.0
             got = np.sort(np.linalg.norm(rel, axis=1)[got_mask])
             np.testing.assert_allclose(got, want, atol=1e-4, err_msg=f"trial {trial} agent {i}")
 
@@ -117,15 +119,15 @@ def test_road_points_are_the_cell_list_within_radius():
         d = np.linalg.norm(listed - xy[i], axis=1)
         want = np.sort(d[d <= 6.0])
         m = np.asarray(obs.road_mask[i])
-        got = np.sort(np.linalg.norm(np.asarray(obs.road[i, :, :2])[m] * 6.0, axis=1))
+        road = np.asarray(obs.road_tokens[i])  # (M, F)
+        got = np.sort(np.linalg.norm(road[m, :2] * 6.0, axis=1))
         assert len(want) > 5
         np.testing.assert_allclose(got, want, atol=1e-4)
         types = np.asarray(obs.road_type[i])[m]
         assert set(types.tolist()) <= {RoadType.ROAD_EDGE, RoadType.LANE_CENTER}
         # Direction features are unit vectors; masked slots are zero.
-        np.testing.assert_allclose(np.linalg.norm(np.asarray(obs.road[i, :, 2:])[m], axis=1), 1.0,
-                                   atol=1e-5)
-        assert np.all(np.asarray(obs.road[i])[~m] == 0)
+        np.testing.assert_allclose(np.linalg.norm(road[m, 2:4], axis=1), 1.0, atol=1e-5)
+        assert np.all(road[~m] == 0)
 
 
 def test_invisible_observer_and_partners_masked():

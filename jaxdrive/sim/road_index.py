@@ -82,9 +82,10 @@ class RoadIndex:
       origin: (2,) float32, world position of the grid's lower-left corner.
       cell_size: () float32, metres.
       road: (C, K) int32, ids of the K = M / S chunks nearest each cell centre, nearest
-        first; -1 padded.
-      points: (R / S, S, 5) float32, road points packed per chunk as
-        (x, y, direction x, direction y, type); type -1 marks padding.
+        first; padded with the id of the trailing all-padding chunk.
+      points: (R / S + 1, S, 5) float32, road points packed per chunk as
+        (x, y, direction x, direction y, type); type -1 marks padding, and the last
+        chunk is all padding.
       edges: (C, 5, E) float32, candidate edge segments per cell as rows
         (start x, start y, unit direction x, unit direction y, length); length -1 marks
         padding. Stored by value, not by index: one contiguous row gather per query.
@@ -215,13 +216,14 @@ def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex
     d2 = jnp.pad(d2, ((0, 0), (0, pad)), constant_values=big)
     chunk_d2 = jnp.min(d2.reshape(d2.shape[0], num_chunks, size), axis=-1)
     neg, idx = jax.lax.top_k(-chunk_d2, k)
-    road = jnp.where(neg > -big, idx, -1).astype(jnp.int32)
+    # Missing chunks point at a trailing all-padding chunk, so lookups need no mask.
+    road = jnp.where(neg > -big, idx, num_chunks).astype(jnp.int32)
     packed = jnp.concatenate(
         [xy, roadgraph.dir, jnp.where(valid, roadgraph.type, -1).astype(jnp.float32)[:, None]],
         axis=-1,
     )
-    packed = jnp.pad(packed, ((0, pad), (0, 0)), constant_values=-1.0)
-    points = packed.reshape(num_chunks, size, 5).astype(jnp.float32)
+    packed = jnp.pad(packed, ((0, pad + size), (0, 0)), constant_values=-1.0)
+    points = packed.reshape(num_chunks + 1, size, 5).astype(jnp.float32)
 
     # Edge segments that can be nearest to any point in the cell.
     seg_ok, nxt = merged_edge_segments(roadgraph, config.edge_merge_tolerance)
@@ -314,10 +316,13 @@ def offroad_distance(
 
 def is_offroad(
     index: RoadIndex, roadgraph: Roadgraph, xy: jax.Array, yaw: jax.Array,
-    length: jax.Array, width: jax.Array, scenario_id: jax.Array | None = None,
+    length: jax.Array, width: jax.Array, scenario_id: jax.Array | None = None, trig=None,
 ) -> jax.Array:
-    """(..., 2), (...,) x3 -> (...,) bool: any corner of the box is off-road."""
-    corners = geometry.box_corners(xy, yaw, length, width)
+    """(..., 2), (...,) x3 -> (...,) bool: any corner of the box is off-road.
+
+    ``trig``: optional precomputed ``(cos(yaw), sin(yaw))``.
+    """
+    corners = geometry.box_corners(xy, yaw, length, width, trig)
     return jnp.any(offroad_distance(index, roadgraph, corners, scenario_id) > 0.0, axis=-1)
 
 
@@ -338,7 +343,6 @@ def road_block(
     k = min(-(-count // size), index.road.shape[-1])
     cell, _ = cell_of(index, points, scenario_id)
     chunks = _at(index.road, scenario_id, cell)[..., :k]  # (..., k)
-    block = _at(index.points, scenario_id, jnp.maximum(chunks, 0))  # (..., k, S, 5)
-    block = jnp.where((chunks >= 0)[..., None, None], block, -1.0)
+    block = _at(index.points, scenario_id, chunks)  # (..., k, S, 5)
     block = block.reshape(block.shape[:-3] + (k * size, 5))
     return block[..., :count, :]
