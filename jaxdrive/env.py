@@ -36,7 +36,7 @@ from jaxdrive.observation import ObservationConfig, observe
 from jaxdrive.rewards import RewardConfig, RewardWeights, reward
 from jaxdrive.scenarios.base import ScenarioConfig, validate_scenario
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.sim import road_index
+from jaxdrive.sim import geometry, road_index
 from jaxdrive.sim.dynamics import DynamicsConfig, apply_action, make_dynamics
 from jaxdrive.sim.road_index import RoadIndexConfig
 from jaxdrive.types import AgentState, EntityKind, ObjectType, Observation, RoadType
@@ -385,6 +385,9 @@ class Env:
             agents = _select(kind == EntityKind.STATIC, state.agents, agents)
             agents = agents.replace(valid=jnp.where(expert, logged.valid, state.agents.valid))
             agents = _park_removed(agents, state.removed)
+            # Store the new kinematics once: otherwise XLA fuses the dynamics (atan,
+            # tan, cos, sin) into every pair and road-point loop that reads positions.
+            agents = geometry.materialize(lambda x: x, agents)
 
         present = agents.valid & ~state.removed
         m = compute_metrics(

@@ -1,10 +1,11 @@
 """Roll out procedural scenarios with a built-in controller and report rates and speed.
 
-    python -m jaxdrive.simulate [--scenes N] [--steps T] [--envs B]
+    python -m jaxdrive.simulate [--scenes N] [--steps T] [--envs B] [--config FILE]
         [--controller lane_follow|log_replay|random] [--seed S] [--set key=value ...]
 
-``--set`` overrides ``EnvConfig`` keys (``--set collision_behavior=stop``) and, under
-``procedural.``, the generator's (``--set procedural.arm_length=80``).
+``--config`` reads a YAML file with ``env:`` (``EnvConfig`` keys) and ``procedural:``
+(``ProceduralConfig`` keys) sections; ``--set`` overrides keys on top of it:
+``--set env.collision_behavior=stop``, ``--set procedural.arm_length=80``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from jaxdrive.config import ConfigError, parse_overrides
+from jaxdrive.config import ConfigError, merge, parse_overrides
 from jaxdrive.controllers import CONTROLLERS
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.rollout import RolloutStats, make_rollout
@@ -25,13 +26,36 @@ from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 
 
+def load_config(path: str | None, overrides: dict) -> dict:
+    """The YAML file (if any) merged with ``--set`` overrides; top-level keys checked."""
+    data: dict = {}
+    if path:
+        import yaml
+
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file '{path}' not found.") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file '{path}' is not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file '{path}' must hold a mapping with env: and "
+                              "procedural: sections.")
+    data = merge(data, overrides)
+    unknown = sorted(set(data) - {"env", "procedural"})
+    if unknown:
+        raise ConfigError(f"unknown config section '{unknown[0]}'; allowed sections: env, "
+                          "procedural (e.g. --set env.goal_radius=3).")
+    return data
+
+
 def build(
-    num_scenes: int, overrides: dict, seed: int
+    num_scenes: int, config: dict, seed: int
 ) -> tuple[Env, object, ProceduralConfig]:
     """Env and params over a pool of ``num_scenes`` procedural scenarios."""
-    proc_over = overrides.pop("procedural", {})
-    env_cfg = EnvConfig.from_dict(overrides)
-    proc_cfg = ProceduralConfig.from_dict(proc_over, "procedural")
+    env_cfg = EnvConfig.from_dict(config.get("env") or {}, "env")
+    proc_cfg = ProceduralConfig.from_dict(config.get("procedural") or {}, "procedural")
     scenes = generate_batch(jax.random.key(seed), num_scenes, proc_cfg, env_cfg.scenario)
     pool = make_pool(scenes, env_cfg.road_index)
     env = Env(env_cfg)
@@ -47,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--controller", default="lane_follow", choices=sorted(CONTROLLERS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk", type=int, default=80, help="steps per compiled chunk")
+    p.add_argument("--config", default=None, help="YAML file with env: / procedural:")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", default=None, help="also write the summary to this file")
     args = p.parse_args(argv)
@@ -57,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     if num_envs < 1:
         p.error("--envs must be >= 1")
     try:
-        overrides = parse_overrides(args.overrides)
+        config = load_config(args.config, parse_overrides(args.overrides))
         t0 = time.perf_counter()
-        env, params, _ = build(args.scenes, overrides, args.seed)
+        env, params, _ = build(args.scenes, config, args.seed)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
