@@ -36,7 +36,7 @@ from jaxdrive.observation import ObservationConfig, observe
 from jaxdrive.rewards import RewardConfig, RewardWeights, reward
 from jaxdrive.scenarios.base import ScenarioConfig, validate_scenario
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.sim import geometry, road_index
+from jaxdrive.sim import geometry
 from jaxdrive.sim.dynamics import DynamicsConfig, apply_action, make_dynamics
 from jaxdrive.sim.road_index import RoadIndexConfig
 from jaxdrive.types import AgentState, EntityKind, ObjectType, Observation, RoadType
@@ -551,12 +551,4 @@ def _park_removed(agents: AgentState, removed: jax.Array) -> AgentState:
         xy=jnp.where(removed[:, None], REMOVED_XY, agents.xy),
         vel=jnp.where(removed[:, None], 0.0, agents.vel),
         valid=agents.valid & ~removed,
-    )
-
-
-def is_offroad_state(params: EnvParams, state: EnvState) -> jax.Array:
-    """(A,) bool off-road flags for a state (a convenience for tests and tools)."""
-    return road_index.is_offroad(
-        params.pool.road_index, params.pool.scenarios.roadgraph, state.agents.xy,
-        state.agents.yaw, state.length, state.width, state.scenario_id,
     )

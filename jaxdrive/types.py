@@ -272,11 +272,6 @@ class Observation:
         return self.road[..., -1, :].astype(jnp.int32)
 
 
-def tree_take(tree, index):
-    """Index the leading axis of every leaf (``index`` may be an int or an array)."""
-    return jax.tree.map(lambda x: x[index], tree)
-
-
 def tree_stack(trees):
     """Stack a sequence of identically shaped pytrees along a new leading axis."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)

@@ -289,7 +289,6 @@ def test_within_radius_and_frames():
     np.testing.assert_allclose(local, [3.0, 4.0], atol=1e-6)
     assert bool(geometry.within_radius(jnp.array([-3.0, 4.0]), jnp.array([1.0, 1.0]), 5.0))
     assert not bool(geometry.within_radius(jnp.array([-3.0, 4.0]), jnp.array([1.0, 1.0]), 4.99))
-    np.testing.assert_allclose(geometry.wrap_angle(jnp.float32(3 * np.pi / 2)), -np.pi / 2)
 
 
 def test_grid_offroad_on_procedural_scenes_within_merge_tolerance():

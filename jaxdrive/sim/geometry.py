@@ -41,11 +41,6 @@ def cos_sin(yaw: jax.Array) -> tuple[jax.Array, jax.Array]:
     return materialize(lambda y: (jnp.cos(y), jnp.sin(y)), yaw)
 
 
-def heading(yaw: jax.Array) -> jax.Array:
-    """(...,) yaw -> (..., 2) unit heading vector."""
-    return jnp.stack([jnp.cos(yaw), jnp.sin(yaw)], axis=-1)
-
-
 def box_corners(
     xy: jax.Array, yaw: jax.Array, length: jax.Array, width: jax.Array, trig=None
 ) -> jax.Array:
@@ -222,16 +217,3 @@ def to_local(xy: jax.Array, origin: jax.Array, yaw: jax.Array) -> jax.Array:
     c, s = jnp.cos(yaw), jnp.sin(yaw)
     d = xy - origin
     return jnp.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]], axis=-1)
-
-
-def rotate_to_local(vec: jax.Array, yaw: jax.Array) -> jax.Array:
-    """World vectors (..., 2) rotated into a frame with heading ``yaw`` (...,)."""
-    c, s = jnp.cos(yaw), jnp.sin(yaw)
-    return jnp.stack(
-        [c * vec[..., 0] + s * vec[..., 1], -s * vec[..., 0] + c * vec[..., 1]], axis=-1
-    )
-
-
-def wrap_angle(angle: jax.Array) -> jax.Array:
-    """Wrap to [-pi, pi)."""
-    return (angle + jnp.pi) % (2.0 * jnp.pi) - jnp.pi
