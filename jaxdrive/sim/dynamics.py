@@ -167,6 +167,11 @@ class DynamicsConfig(ConfigBase):
             _check_bins(name, getattr(self, name))
 
 
+def _model_from_config(cls, config: DynamicsConfig):
+    """Build a model dataclass from the ``DynamicsConfig`` fields of the same names."""
+    return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+
 class DynamicsModel(Protocol):
     """What every registered dynamics model provides (see the module docstring)."""
 
@@ -227,12 +232,7 @@ class BicycleModel:
 
     @classmethod
     def from_config(cls, config: DynamicsConfig) -> BicycleModel:
-        return cls(
-            dt=config.dt, max_accel=config.max_accel, min_accel=config.min_accel,
-            max_steer=config.max_steer, max_speed=config.max_speed,
-            max_reverse_speed=config.max_reverse_speed,
-            accel_bins=config.accel_bins, steer_bins=config.steer_bins,
-        )
+        return _model_from_config(cls, config)
 
     @property
     def num_actions(self) -> int:
@@ -339,11 +339,7 @@ class DeltaLocalModel:
 
     @classmethod
     def from_config(cls, config: DynamicsConfig) -> DeltaLocalModel:
-        return cls(
-            dt=config.dt, max_dx=config.max_dx, max_dy=config.max_dy,
-            max_dyaw=config.max_dyaw, dx_bins=config.dx_bins, dy_bins=config.dy_bins,
-            dyaw_bins=config.dyaw_bins,
-        )
+        return _model_from_config(cls, config)
 
     @property
     def num_actions(self) -> int:
