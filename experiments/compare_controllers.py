@@ -27,7 +27,7 @@ def main():
     for name, make in CONTROLLERS.items():
         rollout = jax.jit(make_rollout(env, make(env), args.steps))
         state, ts = env.reset_batch(params, jax.random.key(1), args.scenes)
-        _, _, stats = rollout(params, state, ts, RolloutStats.zeros(), jax.random.key(2))
+        _, _, stats = rollout(params, state, ts, RolloutStats.zeros(env), jax.random.key(2))
         r = jax.device_get(stats).rates()
         print(f"{name:>12} {r['agent_episodes']:>9} {r['goal_rate']:>6.3f} "
               f"{r['collision_rate']:>9.3f} {r['offroad_rate']:>8.3f}")

@@ -5,11 +5,15 @@ observations, rewards, auto-reset) inside a ``lax.scan`` whose carry holds the
 observations, as in a real rollout, on procedural 4-way intersections filled with the
 requested number of vehicles and road points. Each configuration: one warm-up call
 (its wall time is reported as ``compile_s``), then ``--repeats`` timed calls with
-``block_until_ready``; the median is reported. Prints a table and writes JSON.
+``block_until_ready``; the median is reported. The timed calls of all configurations
+are interleaved (round robin), so that the machine's drifting speed affects each
+alike and ratios between configurations are fair. Prints a table and writes JSON.
 
 With no size options a default sweep runs; any of ``--envs --agents --partners
---road-obs --road-points --dynamics`` takes one or more values and the product of the
-given values (others at their defaults) is measured.
+--road-obs --road-points --dynamics --trials`` takes one or more values and the product
+of the given values (others at their defaults) is measured. ``--trials K`` runs
+multi-trial episodes (``goal_behavior: trial``, K trials of the default timeout);
+``--trials 0`` (the default) the plain step with ``goal_behavior: stop``.
 """
 
 from __future__ import annotations
@@ -34,15 +38,16 @@ from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch, required_sizes
 
 DEFAULTS = dict(envs=16, agents=64, partners=63, road_obs=200, road_points=4096,
-                dynamics="bicycle")
-# (envs, agents, partners, road_obs, road_points, dynamics)
+                dynamics="bicycle", trials=0)
+# (envs, agents, partners, road_obs, road_points, dynamics, trials)
 DEFAULT_SWEEP = [
-    (16, 64, 63, 200, 4096, "bicycle"),  # acceptance (i): 1,024 agents
-    (64, 64, 63, 200, 4096, "bicycle"),
-    (256, 64, 63, 200, 4096, "bicycle"),
-    (16, 64, 63, 200, 4096, "delta_local"),
-    (32, 32, 16, 64, 2048, "bicycle"),
-    (8, 128, 63, 200, 20480, "bicycle"),  # acceptance (ii): WOMD-sized map
+    (16, 64, 63, 200, 4096, "bicycle", 0),  # issue 2 acceptance (i): 1,024 agents
+    (16, 64, 63, 200, 4096, "bicycle", 4),  # the same in trial mode
+    (64, 64, 63, 200, 4096, "bicycle", 0),
+    (256, 64, 63, 200, 4096, "bicycle", 0),
+    (16, 64, 63, 200, 4096, "delta_local", 0),
+    (32, 32, 16, 64, 2048, "bicycle", 0),
+    (8, 128, 63, 200, 20480, "bicycle", 0),  # issue 2 acceptance (ii): WOMD-sized map
 ]
 
 
@@ -74,85 +79,119 @@ def scene_configs(agents: int, road_points: int) -> tuple[ScenarioConfig, Proced
     return scen, proc
 
 
-def bench_env(envs, agents, partners, road_obs, road_points, dynamics, steps=20, repeats=5,
-              pool_size=16, seed=0) -> dict:
-    """Time one configuration; returns a JSON-ready record."""
-    scen, proc = scene_configs(agents, road_points)
-    chunk = 10
-    cfg = EnvConfig.from_dict({
-        "scenario": scen.to_dict(),
-        "dynamics": {"model": dynamics},
-        "observation": {"num_partners": partners, "num_road": road_obs},
-        "road_index": {"road_per_cell": max(chunk, math.ceil(road_obs / chunk) * chunk),
-                       "chunk_size": chunk},
-    })
-    t0 = time.perf_counter()
-    scenes = generate_batch(jax.random.key(seed), pool_size, proc, scen)
-    pool = make_pool(scenes, cfg.road_index)
-    env = Env(cfg)
-    params = env.make_params(pool)
-    jax.block_until_ready(params)
-    build_s = time.perf_counter() - t0
+class EnvBench:
+    """One configuration, compiled and warmed up: ``time_once()`` runs one timed call,
+    ``record()`` summarises the calls so far as a JSON-ready dict."""
 
-    def rollout(state, timestep, actions):
-        def body(carry, action):
-            return env.step_batch(params, carry[0], action), None
+    def __init__(self, envs, agents, partners, road_obs, road_points, dynamics, trials=0,
+                 steps=20, repeats=5, pool_size=16, seed=0):
+        self.size = dict(envs=envs, agents=agents, partners=partners, road_obs=road_obs,
+                         road_points=road_points, dynamics=dynamics, trials=trials)
+        self.steps = steps
+        self.times: list[float] = []
+        self._setup(envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
+                    repeats, pool_size, seed)
 
-        (state, timestep), _ = jax.lax.scan(body, (state, timestep), actions)
-        return state, timestep
-
-    # Random actions drawn up front, so that only the environment is timed.
-    def draw_actions(key):
-        if cfg.dynamics.action_space == "discrete":
-            return jax.random.randint(key, (steps, envs, agents), 0, env.num_actions)
-        m = env.dynamics
-        u = jax.random.uniform(key, (steps, envs, agents, m.action_dim))
-        return m.action_low + u * (m.action_high - m.action_low)
-
-    actions = [draw_actions(jax.random.key(100 + r)) for r in range(repeats + 1)]
-    run = jax.jit(rollout, donate_argnums=(0, 1))
-    state, ts = jax.jit(env.reset_batch, static_argnums=2)(params, jax.random.key(seed), envs)
-    t0 = time.perf_counter()
-    state, ts = run(state, ts, actions[0])
-    jax.block_until_ready(ts)
-    compile_s = time.perf_counter() - t0
-    times = []
-    for r in range(repeats):
+    def _setup(self, envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
+               repeats, pool_size, seed):
+        scen, proc = scene_configs(agents, road_points)
+        chunk = 10
+        cfg = EnvConfig.from_dict({
+            "scenario": scen.to_dict(),
+            "dynamics": {"model": dynamics},
+            "observation": {"num_partners": partners, "num_road": road_obs},
+            "road_index": {"road_per_cell": max(chunk, math.ceil(road_obs / chunk) * chunk),
+                           "chunk_size": chunk},
+            **({"goal_behavior": "trial", "num_trials": trials} if trials else {}),
+        })
         t0 = time.perf_counter()
-        state, ts = run(state, ts, actions[1 + r])
-        jax.block_until_ready(ts)
-        times.append(time.perf_counter() - t0)
-    median = float(np.median(times))
-    nbytes = lambda tree: int(sum(x.nbytes for x in jax.tree.leaves(tree)))
-    valid_points = float(jnp.mean(jnp.sum(pool.scenarios.roadgraph.valid, axis=-1)))
-    valid_agents = float(jnp.mean(jnp.sum(pool.scenarios.objects.valid[..., 0], axis=-1)))
-    mem = jax.devices()[0].memory_stats() or {}
-    return {
-        "envs": envs, "agents": agents, "partners": min(partners, agents - 1),
-        "road_obs": road_obs, "road_points": road_points, "dynamics": dynamics,
-        "batch_agents": envs * agents,
-        "agent_steps_per_s": envs * agents * steps / median,
-        "env_steps_per_s": envs * steps / median,
-        "step_ms": 1e3 * median / steps,
-        "timed_runs_s": times, "steps_per_run": steps,
-        "compile_s": compile_s, "pool_build_s": build_s,
-        "mean_valid_road_points": valid_points, "mean_vehicles": valid_agents,
-        "edge_overflow_cells": int(jnp.sum(pool.road_index.edge_overflow)),
-        "pool_bytes": nbytes(pool), "state_bytes": nbytes(state), "obs_bytes": nbytes(ts.obs),
-        "device_peak_bytes": mem.get("peak_bytes_in_use"),
-        "host_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+        scenes = generate_batch(jax.random.key(seed), pool_size, proc, scen)
+        pool = make_pool(scenes, cfg.road_index)
+        env = Env(cfg)
+        params = env.make_params(pool)
+        jax.block_until_ready(params)
+        self.build_s = time.perf_counter() - t0
+
+        def rollout(state, timestep, actions):
+            def body(carry, action):
+                return env.step_batch(params, carry[0], action), None
+
+            (state, timestep), _ = jax.lax.scan(body, (state, timestep), actions)
+            return state, timestep
+
+        # Random actions drawn up front, so that only the environment is timed.
+        def draw_actions(key):
+            if cfg.dynamics.action_space == "discrete":
+                return jax.random.randint(key, (steps, envs, agents), 0, env.num_actions)
+            m = env.dynamics
+            u = jax.random.uniform(key, (steps, envs, agents, m.action_dim))
+            return m.action_low + u * (m.action_high - m.action_low)
+
+        self._actions = [draw_actions(jax.random.key(100 + r)) for r in range(repeats + 1)]
+        self._run = jax.jit(rollout, donate_argnums=(0, 1))
+        reset = jax.jit(env.reset_batch, static_argnums=2)
+        self._carry = reset(params, jax.random.key(seed), envs)
+        t0 = time.perf_counter()
+        self._carry = self._run(*self._carry, self._actions[0])
+        jax.block_until_ready(self._carry)
+        self.compile_s = time.perf_counter() - t0
+        self.pool = pool
+
+    def time_once(self) -> float:
+        actions = self._actions[1 + len(self.times) % (len(self._actions) - 1)]
+        t0 = time.perf_counter()
+        self._carry = self._run(*self._carry, actions)
+        jax.block_until_ready(self._carry)
+        self.times.append(time.perf_counter() - t0)
+        return self.times[-1]
+
+    def record(self) -> dict:
+        s = self.size
+        median = float(np.median(self.times))
+        nbytes = lambda tree: int(sum(x.nbytes for x in jax.tree.leaves(tree)))
+        pool = self.pool
+        valid_points = float(jnp.mean(jnp.sum(pool.scenarios.roadgraph.valid, axis=-1)))
+        valid_agents = float(jnp.mean(jnp.sum(pool.scenarios.objects.valid[..., 0], axis=-1)))
+        mem = jax.devices()[0].memory_stats() or {}
+        state, ts = self._carry
+        batch = s["envs"] * s["agents"]
+        return {
+            **s, "partners": min(s["partners"], s["agents"] - 1),
+            "batch_agents": batch,
+            "agent_steps_per_s": batch * self.steps / median,
+            "env_steps_per_s": s["envs"] * self.steps / median,
+            "step_ms": 1e3 * median / self.steps,
+            "timed_runs_s": list(self.times), "steps_per_run": self.steps,
+            "compile_s": self.compile_s, "pool_build_s": self.build_s,
+            "mean_valid_road_points": valid_points, "mean_vehicles": valid_agents,
+            "edge_overflow_cells": int(jnp.sum(pool.road_index.edge_overflow)),
+            "pool_bytes": nbytes(pool), "state_bytes": nbytes(state),
+            "obs_bytes": nbytes(ts.obs),
+            "device_peak_bytes": mem.get("peak_bytes_in_use"),
+            "host_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+
+
+def bench_env(envs, agents, partners, road_obs, road_points, dynamics, trials=0, steps=20,
+              repeats=5, pool_size=16, seed=0) -> dict:
+    """Time one configuration on its own; returns a JSON-ready record."""
+    b = EnvBench(envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
+                 repeats, pool_size, seed)
+    for _ in range(repeats):
+        b.time_once()
+    return b.record()
 
 
 def _table(records: list[dict]) -> str:
     head = (f"{'envs':>5} {'agents':>6} {'partners':>8} {'road_obs':>8} {'road_pts':>8} "
-            f"{'dynamics':>11} {'agent-steps/s':>14} {'step ms':>8} {'compile s':>9} "
-            f"{'pool MB':>8}")
+            f"{'dynamics':>11} {'trials':>6} {'agent-steps/s':>14} {'step ms':>8} "
+            f"{'compile s':>9} {'pool MB':>8}")
     rows = [head, "-" * len(head)]
     for r in records:
         rows.append(
             f"{r['envs']:>5} {r['agents']:>6} {r['partners']:>8} {r['road_obs']:>8} "
-            f"{r['road_points']:>8} {r['dynamics']:>11} {r['agent_steps_per_s']:>14,.0f} "
+            f"{r['road_points']:>8} {r['dynamics']:>11} {r['trials']:>6} "
+            f"{r['agent_steps_per_s']:>14,.0f} "
             f"{r['step_ms']:>8.2f} {r['compile_s']:>9.1f} {r['pool_bytes'] / 2**20:>8.1f}"
         )
     return "\n".join(rows)
@@ -169,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--road-obs", type=int, nargs="+")
     e.add_argument("--road-points", type=int, nargs="+")
     e.add_argument("--dynamics", nargs="+", choices=["bicycle", "delta_local"])
+    e.add_argument("--trials", type=int, nargs="+",
+                   help="trials per episode (goal_behavior: trial); 0 = the plain step")
     e.add_argument("--steps", type=int, default=20, help="steps per timed call (a scan)")
     e.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")
     e.add_argument("--json", default="bench_env.json", help="output file")
@@ -176,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.steps < 1:
         p.error("--repeats and --steps must be >= 1")
 
-    keys = ["envs", "agents", "partners", "road_obs", "road_points", "dynamics"]
+    keys = ["envs", "agents", "partners", "road_obs", "road_points", "dynamics", "trials"]
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     if given:
         values = [given.get(k, [DEFAULTS[k]]) for k in keys]
@@ -184,22 +225,30 @@ def main(argv: list[str] | None = None) -> int:
     else:
         configs = DEFAULT_SWEEP
     for c in configs:
-        if min(c[:5]) < 1:
-            p.error(f"sizes must be >= 1, got {dict(zip(keys, c, strict=True))}")
+        if min(c[:5]) < 1 or c[6] < 0:
+            p.error(f"sizes must be >= 1 and --trials >= 0, got "
+                    f"{dict(zip(keys, c, strict=True))}")
 
     print(f"jaxdrive bench env: backend {jax.default_backend()}, "
           f"{jax.devices()[0].device_kind}, {len(configs)} configuration(s), median of "
           f"{args.repeats} runs of {args.steps} steps", flush=True)
-    records = []
+    benches = []
     for c in configs:
         try:
-            rec = bench_env(*c, steps=args.steps, repeats=args.repeats)
+            b = EnvBench(*c, steps=args.steps, repeats=args.repeats)
         except ConfigError as err:
             print(f"error: {dict(zip(keys, c, strict=True))}: {err}", file=sys.stderr)
             return 2
-        records.append(rec)
-        print(f"  {dict(zip(keys, c, strict=True))}: {rec['agent_steps_per_s']:,.0f} "
-              f"agent-steps/s (compile {rec['compile_s']:.1f} s)", flush=True)
+        benches.append(b)
+        print(f"  compiled {dict(zip(keys, c, strict=True))} in {b.compile_s:.1f} s",
+              flush=True)
+    for r in range(args.repeats):
+        for b in benches:
+            b.time_once()
+        print(f"  round {r + 1}/{args.repeats}: " + ", ".join(
+            f"{b.size['envs'] * b.size['agents'] * b.steps / b.times[-1]:,.0f}"
+            for b in benches) + " agent-steps/s", flush=True)
+    records = [b.record() for b in benches]
     print()
     print(_table(records))
     out = {

@@ -109,7 +109,7 @@ def log_replay(env: Env):
         del timestep, key
         obj = params.pool.scenarios.objects
         sid = state.scenario_id
-        t_next = cfg.init_step + state.step + 1
+        t_next = cfg.init_step + state.trial_step + 1
         nxt_xy = obj.xy[sid, :, t_next]
         nxt_yaw = obj.yaw[sid, :, t_next]
         v = obj.vel[sid, :, t_next]

@@ -12,6 +12,17 @@ and the episode ends at its time limit (``truncated``) or when every controlled 
 is done. Absorbing per-agent events (stopping at a goal, a collision under ``stop`` or
 ``remove``) emit ``terminated``. The step that ends an episode returns the new
 episode's first observation (auto-reset) with the ending step's rewards and flags.
+
+Multi-trial episodes (``goal_behavior: trial``): an episode is ``num_trials`` trials of
+one scenario on one clock per environment. A controlled agent that reaches its goal is
+removed (parked off the map, invisible, not collidable, no further reward) until the
+trial ends; collisions under ``stop``/``remove`` take an agent out of the trial the same
+way. A trial ends when no controlled agent is left acting or after ``trial_timeout``
+steps; then every entity returns to the scenario's initial state (experts' replay clocks
+rewind) and ``truncated`` and ``trial_ended`` fire for every controlled agent. The K-th
+trial's end emits ``terminated`` for every controlled agent and auto-resets. Per-agent
+events never terminate in this mode: memory is reset only between episodes. Since the
+env auto-resets at once, the "episode ended" flag is the step's ``episode_done``.
 """
 
 from __future__ import annotations
@@ -39,11 +50,12 @@ from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.sim import geometry
 from jaxdrive.sim.dynamics import DynamicsConfig, apply_action, make_dynamics
 from jaxdrive.sim.road_index import RoadIndexConfig
-from jaxdrive.types import AgentState, EntityKind, ObjectType, Observation, RoadType
+from jaxdrive.trials import TrialStats
+from jaxdrive.types import AgentState, EntityKind, ObjectType, Observation, RoadType, Role
 
 CONTROL_MODES = ("all", "sdc", "fraction")
 COLLISION_BEHAVIORS = ("ignore", "stop", "remove")
-GOAL_BEHAVIORS = ("respawn", "new_goal", "stop")
+GOAL_BEHAVIORS = ("respawn", "new_goal", "stop", "trial")
 # Where removed agents are parked: far outside any map, never collidable or observed.
 REMOVED_XY = -1.0e5
 _OBJECT_TYPE_NAMES = {t.name.lower(): int(t) for t in ObjectType if t != ObjectType.UNSET}
@@ -64,7 +76,14 @@ class EnvConfig(ConfigBase):
       collision_behavior: ``ignore`` (only counted), ``stop`` (the agent freezes in place
         and terminates), ``remove`` (the agent leaves the scene and terminates).
       goal_behavior: ``respawn`` (back to its initial pose, same goal), ``new_goal`` (a new
-        goal on a lane ahead), ``stop`` (freezes at the goal and terminates).
+        goal on a lane ahead), ``stop`` (freezes at the goal and terminates), ``trial``
+        (removed until the trial ends; multi-trial episodes, see the module doc).
+      num_trials: K, trials per episode under ``trial`` (1 = an ordinary episode).
+      trial_timeout: steps per trial under ``trial``; ``None`` = ``episode_length``
+        (default the rest of the log).
+      co_player_fraction: each controlled agent but one (the SDC if controlled, else the
+        first) is a co-player (``Role.CO_PLAYER``, driven by a frozen partner policy and
+        never scored) with this probability; the rest are ego agents.
       goal_radius: metres from the goal that count as reaching it.
       new_goal_distance: [low, high] metres for ``new_goal`` sampling.
       init_step: logged step at which episodes start (10 = 1.1 s of history in WOMD).
@@ -85,6 +104,9 @@ class EnvConfig(ConfigBase):
     controlled_types: tuple[str, ...] = ("vehicle",)
     collision_behavior: str = "ignore"
     goal_behavior: str = "stop"
+    num_trials: int = 1
+    trial_timeout: int | None = None
+    co_player_fraction: float = 0.0
     goal_radius: float = 2.0
     new_goal_distance: tuple[float, float] = (10.0, 60.0)
     init_step: int = 10
@@ -110,6 +132,17 @@ class EnvConfig(ConfigBase):
         check_int("init_step", self.init_step, 0, t - 2)
         if self.episode_length is not None:
             check_int("episode_length", self.episode_length, 1, t - 1 - self.init_step)
+        check_int("num_trials", self.num_trials, 1, 1024)
+        check_range("co_player_fraction", self.co_player_fraction, 0.0, 1.0)
+        if self.trial_timeout is not None:
+            check_int("trial_timeout", self.trial_timeout, 1, t - 1 - self.init_step)
+        if self.goal_behavior != "trial" and (self.num_trials != 1
+                                              or self.trial_timeout is not None):
+            raise ConfigError(
+                "config keys 'num_trials' / 'trial_timeout' only apply with "
+                f"goal_behavior: trial (got goal_behavior: {self.goal_behavior}); set "
+                "goal_behavior: trial or remove them."
+            )
         if self.observation.num_road > self.road_index.road_per_cell:
             raise ConfigError(
                 f"config key 'observation.num_road' = {self.observation.num_road} exceeds "
@@ -122,6 +155,11 @@ class EnvConfig(ConfigBase):
         if self.episode_length is not None:
             return self.episode_length
         return self.scenario.num_steps - 1 - self.init_step
+
+    @property
+    def trial_length(self) -> int:
+        """Steps per trial before the timeout (the episode length outside trial mode)."""
+        return self.trial_timeout if self.trial_timeout is not None else self.num_episode_steps
 
 
 @struct.dataclass
@@ -164,11 +202,18 @@ class EnvState:
       step: () int32, steps taken in this episode (log index = init_step + step).
       agents: ``AgentState`` (A agents).
       kind: (A,) int32, ``EntityKind``.
+      role: (A,) int32, ``Role`` of each controlled agent (``EGO`` elsewhere).
       length, width: (A,) float32; obj_type: (A,) int32; goal: (A, 2) float32.
-      done: (A,) bool, controlled agents that no longer act (terminated).
+      done: (A,) bool, controlled agents that no longer act (terminated, or out of the
+        current trial).
       removed: (A,) bool, agents taken out of the scene.
+      reached: (A,) bool, agents that reached their goal in the current trial.
       goal_distance: (A,) float32, for progress.
+      trial: () int32, index of the current trial (0 outside trial mode).
+      trial_start: () int32, ``step`` at which the current trial began; experts replay
+        log step ``init_step + step - trial_start``.
       episode: ``EpisodeStats``.
+      trials: ``TrialStats`` of the current episode.
       key: PRNG key for auto-reset and goal sampling.
     """
 
@@ -176,14 +221,19 @@ class EnvState:
     step: jax.Array
     agents: AgentState
     kind: jax.Array
+    role: jax.Array
     length: jax.Array
     width: jax.Array
     obj_type: jax.Array
     goal: jax.Array
     done: jax.Array
     removed: jax.Array
+    reached: jax.Array
     goal_distance: jax.Array
+    trial: jax.Array
+    trial_start: jax.Array
     episode: EpisodeStats
+    trials: TrialStats
     key: jax.Array
 
     @property
@@ -195,6 +245,21 @@ class EnvState:
         """(A,) bool: controlled agents that act on the next step."""
         return self.controlled & ~self.done
 
+    @property
+    def ego(self) -> jax.Array:
+        """(A,) bool: controlled agents driven by the learning policy."""
+        return self.controlled & (self.role == Role.EGO)
+
+    @property
+    def co_player(self) -> jax.Array:
+        """(A,) bool: controlled agents driven by a frozen partner policy."""
+        return self.controlled & (self.role == Role.CO_PLAYER)
+
+    @property
+    def trial_step(self) -> jax.Array:
+        """() int32: steps since the current trial began (= ``step`` outside trial mode)."""
+        return self.step - self.trial_start
+
 
 @struct.dataclass
 class TimeStep:
@@ -204,13 +269,25 @@ class TimeStep:
       obs: ``Observation`` for choosing the next action.
       active: (A,) bool, agents whose next action counts (controlled and not done).
       reward: (A,) float32, for the step just taken (zero at reset).
-      terminated: (A,) bool, absorbing end for that agent on this step.
-      truncated: (A,) bool, the episode's time limit (or its early end) cut the agent off.
+      terminated: (A,) bool, absorbing end for that agent on this step (in trial mode:
+        the episode's last trial ended, for every controlled agent).
+      truncated: (A,) bool, the episode's time limit (or its early end) cut the agent off;
+        in trial mode, a trial other than the last ended.
+      trial_ended: (A,) bool, a trial ended on this step (trial mode; every controlled
+        agent, the last trial included).
       metrics: ``StepMetrics`` of the state the step reached (before any auto-reset).
       episode_done: () bool, the episode ended on this step and the env was reset.
+      trial_done: () bool, a trial ended on this step (trial mode; also when the env has
+        no controlled agent; equal to ``episode_done`` outside trial mode).
       episode: ``EpisodeStats`` of the episode that ended (meaningful when
         ``episode_done``; use ``episode_mask`` for the agents that count).
       episode_mask: (A,) bool, controlled agents of the ended episode.
+      episode_ego: (A,) bool, its ego agents (``episode_mask`` minus co-players).
+      trials: ``TrialStats`` of the episode that ended (meaningful when ``episode_done``).
+      trial: () int32, trial index of ``obs``.
+      removed: (A,) bool, agents removed in ``obs``'s state (their observations are
+        garbage for the policy's memory).
+      ego, co_player: (A,) bool, roles in ``obs``'s episode.
     """
 
     obs: Observation
@@ -218,10 +295,18 @@ class TimeStep:
     reward: jax.Array
     terminated: jax.Array
     truncated: jax.Array
+    trial_ended: jax.Array
     metrics: StepMetrics
     episode_done: jax.Array
+    trial_done: jax.Array
     episode: EpisodeStats
     episode_mask: jax.Array
+    episode_ego: jax.Array
+    trials: TrialStats
+    trial: jax.Array
+    removed: jax.Array
+    ego: jax.Array
+    co_player: jax.Array
 
 
 class Env:
@@ -280,18 +365,15 @@ class Env:
             collided=zeros_b, offroad=zeros_b, goal_reached=zeros_b,
             goal_distance=state.goal_distance, progress=jnp.zeros((a,), jnp.float32),
         )
-        timestep = TimeStep(
-            obs=self._observe(params, state),
-            active=state.active,
-            reward=jnp.zeros((a,), jnp.float32),
-            terminated=zeros_b,
-            truncated=zeros_b,
-            metrics=metrics,
-            episode_done=jnp.asarray(False),
+        partial = TimeStep(
+            obs=None, active=None, reward=jnp.zeros((a,), jnp.float32),
+            terminated=zeros_b, truncated=zeros_b, trial_ended=zeros_b, metrics=metrics,
+            episode_done=jnp.asarray(False), trial_done=jnp.asarray(False),
             episode=EpisodeStats.zeros(a),
-            episode_mask=zeros_b,
+            episode_mask=zeros_b, episode_ego=zeros_b, trials=state.trials,
+            trial=None, removed=None, ego=None, co_player=None,
         )
-        return state, timestep
+        return state, self._finish(params, state, partial)
 
     def _log_state(self, params: EnvParams, sid: jax.Array, t: jax.Array) -> AgentState:
         obj = params.pool.scenarios.objects
@@ -309,9 +391,12 @@ class Env:
         cfg = self.config
         obj = params.pool.scenarios.objects
         a = cfg.scenario.max_agents
-        key, k_frac = jax.random.split(key)
+        if cfg.co_player_fraction > 0:
+            key, k_frac, k_role = jax.random.split(key, 3)
+        else:
+            key, k_frac = jax.random.split(key)
         t0 = cfg.init_step
-        t_end = t0 + cfg.num_episode_steps
+        t_end = t0 + cfg.trial_length
         agents = self._log_state(params, sid, t0)
         obj_type = obj.type[sid]
         is_sdc = obj.is_sdc[sid]
@@ -341,23 +426,55 @@ class Env:
             [EntityKind.CONTROLLED, EntityKind.STATIC, EntityKind.EXPERT],
             EntityKind.INVALID,
         ).astype(jnp.int32)
-        # Static objects use zero velocity so that observations match their behaviour.
-        agents = agents.replace(vel=jnp.where(still[:, None] & ~controlled[:, None],
-                                              0.0, agents.vel))
-        return EnvState(
+        role = jnp.full((a,), Role.EGO, jnp.int32)
+        if cfg.co_player_fraction > 0:
+            # One controlled agent (the SDC if controlled, else the first) stays ego.
+            anchor_sdc = controlled & is_sdc
+            anchor = jnp.argmax(jnp.where(jnp.any(anchor_sdc), anchor_sdc, controlled))
+            draw = jax.random.uniform(k_role, (a,)) < cfg.co_player_fraction
+            co = controlled & draw & (jnp.arange(a) != anchor)
+            role = jnp.where(co, Role.CO_PLAYER, role).astype(jnp.int32)
+        zeros_b = jnp.zeros((a,), bool)
+        state = EnvState(
             scenario_id=sid,
             step=jnp.zeros((), jnp.int32),
-            agents=agents,
+            agents=self._initial_agents(agents, kind),
             kind=kind,
+            role=role,
             length=obj.length[sid],
             width=obj.width[sid],
             obj_type=obj_type,
             goal=goal,
-            done=jnp.zeros((a,), bool),
-            removed=jnp.zeros((a,), bool),
+            done=zeros_b,
+            removed=zeros_b,
+            reached=zeros_b,
             goal_distance=goal_distance,
+            trial=jnp.zeros((), jnp.int32),
+            trial_start=jnp.zeros((), jnp.int32),
             episode=EpisodeStats.zeros(a),
+            trials=None,
             key=key,
+        )
+        return state.replace(trials=TrialStats.zeros(cfg.num_trials, state.ego, state.co_player))
+
+    @staticmethod
+    def _initial_agents(logged: AgentState, kind: jax.Array) -> AgentState:
+        """The agents' state at an episode's (and every trial's) start, from the log
+        at ``init_step``; static objects use zero velocity so that observations match
+        their behaviour."""
+        return logged.replace(vel=jnp.where((kind == EntityKind.STATIC)[:, None], 0.0,
+                                            logged.vel))
+
+    def _restart_trial(self, params: EnvParams, state: EnvState) -> EnvState:
+        """The next trial's first state: every entity back to the initial state, the
+        trial clock restarted at the current step."""
+        logged = self._log_state(params, state.scenario_id, jnp.int32(self.config.init_step))
+        agents = self._initial_agents(logged, state.kind)
+        zeros_b = jnp.zeros_like(state.done)
+        return state.replace(
+            agents=agents, done=zeros_b, removed=zeros_b, reached=zeros_b,
+            goal_distance=jnp.linalg.norm(state.goal - agents.xy, axis=-1).astype(jnp.float32),
+            trial=state.trial + 1, trial_start=state.step,
         )
 
     # ------------------------------------------------------------------ step
@@ -371,7 +488,7 @@ class Env:
             key, k_goal = jax.random.split(key)
         sid = state.scenario_id
         acting = state.active
-        t_next = cfg.init_step + state.step + 1
+        t_next = cfg.init_step + state.trial_step + 1
 
         with jax.named_scope("kinematics"):
             moved = apply_action(self.dynamics, cfg.dynamics, state.agents, action, state.length)
@@ -399,30 +516,49 @@ class Env:
         offroad = m.offroad & acting
         r = reward(params.reward, goal_event, collided, offroad, m.progress, acting)
 
-        terminated = jnp.zeros_like(acting)
+        trial_mode = cfg.goal_behavior == "trial"
+        # Agents whose episode (trial, in trial mode) stops here.
+        out = jnp.zeros_like(acting)
         removed = state.removed
         goal = state.goal
         if cfg.collision_behavior in ("stop", "remove"):
-            terminated = terminated | collided
+            out = out | collided
         if cfg.collision_behavior == "remove":
             removed = removed | collided
-        if cfg.goal_behavior == "stop":
-            terminated = terminated | goal_event
+        if cfg.goal_behavior in ("stop", "trial"):
+            out = out | goal_event
+        if trial_mode:
+            removed = removed | goal_event
         elif cfg.goal_behavior == "respawn":
             start = self._log_state(params, sid, jnp.int32(cfg.init_step))
             agents = _select(goal_event, start.replace(valid=agents.valid), agents)
-        else:
+        elif cfg.goal_behavior == "new_goal":
             goal = jnp.where(goal_event[:, None], self._sample_goals(params, sid, agents, k_goal),
                              goal)
-        done = state.done | terminated
+        done = state.done | out
         agents = _park_removed(agents, removed)
         stopped = done & ~removed
         agents = agents.replace(vel=jnp.where(stopped[:, None], 0.0, agents.vel))
 
         step = state.step + 1
         controlled = state.controlled
-        episode_end = (step >= cfg.num_episode_steps) | ~jnp.any(controlled & ~done)
-        truncated = controlled & ~done & episode_end
+        reached = state.reached | goal_event
+        trials = state.trials
+        if trial_mode:
+            timed_out = step - state.trial_start >= cfg.trial_length
+            trial_end = timed_out | ~jnp.any(controlled & ~done)
+            episode_end = trial_end & (state.trial == cfg.num_trials - 1)
+            terminated = controlled & episode_end
+            truncated = controlled & trial_end & ~episode_end
+            trial_ended = controlled & trial_end
+            trials = trials.record(state.trial, trial_end, reached, state.ego, state.co_player,
+                                   step - state.trial_start, timed_out)
+        else:
+            terminated = out
+            episode_end = (step >= cfg.num_episode_steps) | ~jnp.any(controlled & ~done)
+            truncated = controlled & ~done & episode_end
+            trial_end = episode_end
+            trial_ended = jnp.zeros_like(acting)
         ep = state.episode
         episode = EpisodeStats(
             goal_reached=ep.goal_reached | goal_event,
@@ -432,26 +568,45 @@ class Env:
             length=ep.length + acting.astype(jnp.int32),
         )
         continued = state.replace(
-            step=step, agents=agents, goal=goal, done=done, removed=removed,
+            step=step, agents=agents, goal=goal, done=done, removed=removed, reached=reached,
             goal_distance=jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32),
-            episode=episode, key=key,
+            episode=episode, trials=trials, key=key,
         )
         partial = TimeStep(
             obs=None, active=None, reward=r, terminated=terminated, truncated=truncated,
-            metrics=m, episode_done=episode_end, episode=episode, episode_mask=controlled,
+            trial_ended=trial_ended, metrics=m, episode_done=episode_end, trial_done=trial_end,
+            episode=episode,
+            episode_mask=controlled, episode_ego=state.ego, trials=trials,
+            trial=None, removed=None, ego=None, co_player=None,
         )
         return continued, partial
 
-    def _auto_reset(self, params: EnvParams, state: EnvState, episode_end: jax.Array) -> EnvState:
-        """Where the episode ended, the initial state of a random pool scenario."""
+    def _boundary(self, params: EnvParams, state: EnvState, partial: TimeStep) -> EnvState:
+        """Where the episode ended, the initial state of a random pool scenario (auto-
+        reset); in trial mode, where only a trial ended, the next trial's first state."""
+        episode_end = partial.episode_done
+        if self.config.goal_behavior == "trial":
+            trial_end = partial.trial_done
+            with jax.named_scope("trial_restart"):
+                restarted = self._restart_trial(params, state)
+            state = jax.tree.map(lambda r, c: jnp.where(trial_end, r, c), restarted, state)
         with jax.named_scope("auto_reset"):
             key, k_sid, k_state = jax.random.split(state.key, 3)
             new_sid = jax.random.randint(k_sid, (), 0, params.pool.size, dtype=jnp.int32)
             fresh = self._initial_state(params, new_sid, k_state).replace(key=key)
             return jax.tree.map(lambda f, c: jnp.where(episode_end, f, c), fresh, state)
 
+    def _boundary_any(self, partial: TimeStep) -> jax.Array:
+        """() bool over a batch: whether any environment needs ``_boundary``."""
+        if self.config.goal_behavior == "trial":
+            return jnp.any(partial.trial_done)
+        return jnp.any(partial.episode_done)
+
     def _finish(self, params: EnvParams, state: EnvState, partial: TimeStep) -> TimeStep:
-        return partial.replace(obs=self._observe(params, state), active=state.active)
+        return partial.replace(
+            obs=self._observe(params, state), active=state.active, trial=state.trial,
+            removed=state.removed, ego=state.ego, co_player=state.co_player,
+        )
 
     def step(
         self, params: EnvParams, state: EnvState, action: jax.Array
@@ -468,7 +623,7 @@ class Env:
           next episode's first.
         """
         state, partial = self._transition(params, state, action)
-        state = self._auto_reset(params, state, partial.episode_done)
+        state = self._boundary(params, state, partial)
         return state, self._finish(params, state, partial)
 
     def _observe(self, params: EnvParams, state: EnvState) -> Observation:
@@ -506,16 +661,16 @@ class Env:
     @functools.cached_property
     def _step_batch(self):
         transition = jax.vmap(self._transition, in_axes=(None, 0, 0))
-        auto_reset = jax.vmap(self._auto_reset, in_axes=(None, 0, 0))
+        boundary = jax.vmap(self._boundary, in_axes=(None, 0, 0))
         finish = jax.vmap(self._finish, in_axes=(None, 0, 0))
 
         def step_batch(params, state, action):
             state, partial = transition(params, state, action)
-            # Episodes end on few steps: skip the reset gathers when none ended (same
-            # result as resetting per env, as ``step`` does).
+            # Episodes (and trials) end on few steps: skip the reset gathers when none
+            # ended (same result as resetting per env, as ``step`` does).
             state = jax.lax.cond(
-                jnp.any(partial.episode_done),
-                lambda s: auto_reset(params, s, partial.episode_done),
+                self._boundary_any(partial),
+                lambda s: boundary(params, s, partial),
                 lambda s: s,
                 state,
             )
@@ -530,8 +685,8 @@ class Env:
     def step_batch(self, params: EnvParams, state: EnvState, action: jax.Array):
         """Step a batch of environments (state and action with leading axis B).
 
-        Equal to ``jax.vmap(step)`` but computes auto-resets only on steps where some
-        episode ended.
+        Equal to ``jax.vmap(step)`` but computes auto-resets (and trial restarts) only on
+        steps where some episode (or trial) ended.
         """
         return self._step_batch(params, state, action)
 

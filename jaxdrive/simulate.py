@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     key = jax.random.key(args.seed + 1)
     key, k_reset = jax.random.split(key)
     state, ts = jax.jit(env.reset_batch, static_argnums=2)(params, k_reset, num_envs)
-    stats = RolloutStats.zeros()
+    stats = RolloutStats.zeros(env)
     n_valid = int(np.sum(np.asarray(ts.active)))
 
     t_start = time.perf_counter()
@@ -143,6 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"collision rate           : {summary['collision_rate']:.3f}")
     print(f"off-road rate            : {summary['offroad_rate']:.3f}")
     print(f"mean episode return      : {summary['mean_return']:.3f}")
+    if "co_player_goal_rate" in summary:
+        print(f"co-player goal rate      : {summary['co_player_goal_rate']:.3f} "
+              f"({summary['co_player_agent_episodes']} co-player agent-episodes)")
+    if "trial_0_score" in summary:
+        k_trials = env.config.num_trials
+        scores = "  ".join(f"{summary[f'trial_{k}_score']:.3f}" for k in range(k_trials))
+        print(f"trial scores (ego)       : {scores}")
+        if k_trials > 1:
+            print(f"adaptation delta K-1 - 0 : "
+                  f"{summary[f'ada_delta_trial_{k_trials - 1}_minus_0']:+.3f}")
+        print(f"trials per episode       : {summary['trials_completed']:.2f} completed, "
+              f"{summary['trials_goal_reached']:.2f} all goals reached, "
+              f"{summary['trials_timed_out']:.2f} timed out; mean trial length "
+              f"{summary['trial_mean_length']:.1f} steps")
     print(f"compile (first chunk)    : {compile_s:.1f} s")
     if run_s > 0:
         print(f"steps/s                  : {env_sps:,.0f} env-steps/s = "

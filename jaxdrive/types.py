@@ -78,6 +78,13 @@ class EntityKind(enum.IntEnum):
     STATIC = 3  # held at its initial pose
 
 
+class Role(enum.IntEnum):
+    """Who drives a controlled agent: the learning policy or a frozen partner."""
+
+    EGO = 0  # the policy being trained or evaluated; the only role metrics score
+    CO_PLAYER = 1  # a frozen partner policy (e.g. loaded from a checkpoint)
+
+
 @struct.dataclass
 class Roadgraph:
     """Road points with type, direction and polyline id.

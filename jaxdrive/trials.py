@@ -1,0 +1,160 @@
+"""Per-trial bookkeeping of multi-trial episodes and its on-device reduction.
+
+An episode in ``goal_behavior: trial`` mode is K trials of one scenario (see
+``jaxdrive.env``). ``TrialStats`` lives in each environment's state and records every
+trial of the current episode as it ends; the step that ends the episode hands it out in
+its ``TimeStep``. ``TrialTotals`` sums those records over many environments and steps
+(all on device) and turns them into the adaptation metrics:
+
+- ``trial_{k}_score``: share of ego agents that reached their goal in trial k, pooled
+  over completed episodes (co-players never count);
+- ``ada_delta_trial_{k}_minus_0`` = ``trial_{k}_score - trial_0_score`` for 0 < k < K;
+- ``trials_completed``, ``trials_goal_reached`` (every controlled agent reached its goal,
+  so the trial ended early), ``trials_timed_out`` and ``trial_mean_length`` (steps),
+  counted per environment episode;
+- ``co_player_trial_{k}_score``, the same share for co-players, kept apart.
+
+Only completed episodes count, so that every trial index is averaged over the same
+episodes and the deltas compare like with like.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class TrialStats:
+    """One environment's record of the trials of its current episode (K = num_trials).
+
+    Attributes:
+      ego_reached: (K,) int32, ego agents that reached their goal in trial k.
+      co_reached: (K,) int32, co-players that reached their goal in trial k.
+      length: (K,) int32, steps trial k lasted (0 while it has not ended).
+      timed_out: (K,) bool, trial k ended by its timeout.
+      goal_reached: (K,) bool, every controlled agent reached its goal in trial k.
+      num_ego, num_co: () int32, ego agents and co-players in the episode.
+    """
+
+    ego_reached: jax.Array
+    co_reached: jax.Array
+    length: jax.Array
+    timed_out: jax.Array
+    goal_reached: jax.Array
+    num_ego: jax.Array
+    num_co: jax.Array
+
+    @classmethod
+    def zeros(cls, num_trials: int, ego: jax.Array, co_player: jax.Array) -> TrialStats:
+        """Empty record for an episode whose (A,) role masks are ``ego``, ``co_player``."""
+        zi = jnp.zeros((num_trials,), jnp.int32)
+        zb = jnp.zeros((num_trials,), bool)
+        return cls(zi, zi, zi, zb, zb, jnp.sum(ego, dtype=jnp.int32),
+                   jnp.sum(co_player, dtype=jnp.int32))
+
+    def record(
+        self,
+        trial: jax.Array,
+        ended: jax.Array,
+        reached: jax.Array,
+        ego: jax.Array,
+        co_player: jax.Array,
+        length: jax.Array,
+        timed_out: jax.Array,
+    ) -> TrialStats:
+        """Write trial ``trial`` () if ``ended`` (): ``reached`` (A,) bool are the agents
+        that reached their goal in it, ``length`` () its steps, ``timed_out`` () why."""
+        slot = (jnp.arange(self.length.shape[0]) == trial) & ended
+        controlled = ego | co_player
+        all_reached = jnp.all(reached | ~controlled) & jnp.any(controlled)
+        put = lambda old, new: jnp.where(slot, new, old)
+        return TrialStats(
+            ego_reached=put(self.ego_reached, jnp.sum(reached & ego, dtype=jnp.int32)),
+            co_reached=put(self.co_reached, jnp.sum(reached & co_player, dtype=jnp.int32)),
+            length=put(self.length, length.astype(jnp.int32)),
+            timed_out=put(self.timed_out, timed_out),
+            goal_reached=put(self.goal_reached, all_reached & ~timed_out),
+            num_ego=self.num_ego,
+            num_co=self.num_co,
+        )
+
+
+@struct.dataclass
+class TrialTotals:
+    """Sums of ``TrialStats`` over completed episodes (float32, on device).
+
+    Attributes:
+      episodes: () environment episodes completed.
+      ego_agents, co_agents: () ego agents / co-players in them.
+      ego_reached, co_reached: (K,) goals reached per trial index.
+      trials_completed, trials_goal_reached, trials_timed_out, trial_length_sum: ().
+    """
+
+    episodes: jax.Array
+    ego_agents: jax.Array
+    co_agents: jax.Array
+    ego_reached: jax.Array
+    co_reached: jax.Array
+    trials_completed: jax.Array
+    trials_goal_reached: jax.Array
+    trials_timed_out: jax.Array
+    trial_length_sum: jax.Array
+
+    @classmethod
+    def zeros(cls, num_trials: int) -> TrialTotals:
+        # Distinct buffers, so that the totals can be donated to a jitted rollout.
+        s = lambda: jnp.zeros((), jnp.float32)
+        k = lambda: jnp.zeros((num_trials,), jnp.float32)
+        return cls(s(), s(), s(), k(), k(), s(), s(), s(), s())
+
+    @property
+    def num_trials(self) -> int:
+        return self.ego_reached.shape[-1]
+
+    def update(self, episode_done: jax.Array, stats: TrialStats) -> TrialTotals:
+        """Add the episodes that ended: ``episode_done`` (...) bool, ``stats`` with the
+        same leading dims (e.g. (B,) for a batched step, (T, B) for a recorded rollout)."""
+        lead = tuple(range(episode_done.ndim))
+        d = episode_done.astype(jnp.float32)
+        dk = d[..., None]
+        total = lambda x: jnp.sum(x.astype(jnp.float32) * d, axis=lead)
+        total_k = lambda x: jnp.sum(x.astype(jnp.float32) * dk, axis=lead)
+        ended = stats.length > 0
+        return TrialTotals(
+            episodes=self.episodes + jnp.sum(d),
+            ego_agents=self.ego_agents + total(stats.num_ego),
+            co_agents=self.co_agents + total(stats.num_co),
+            ego_reached=self.ego_reached + total_k(stats.ego_reached),
+            co_reached=self.co_reached + total_k(stats.co_reached),
+            trials_completed=self.trials_completed + jnp.sum(total_k(ended)),
+            trials_goal_reached=self.trials_goal_reached + jnp.sum(total_k(stats.goal_reached)),
+            trials_timed_out=self.trials_timed_out + jnp.sum(total_k(stats.timed_out)),
+            trial_length_sum=self.trial_length_sum + jnp.sum(total_k(stats.length)),
+        )
+
+    def metrics(self) -> dict[str, jax.Array]:
+        """The adaptation metrics as () float32 arrays (jittable; see module doc).
+
+        Counts are per completed episode; scores and the mean length are 0 before any
+        episode completed.
+        """
+        k_trials = self.num_trials
+        ego = jnp.maximum(self.ego_agents, 1.0)
+        co = jnp.maximum(self.co_agents, 1.0)
+        eps = jnp.maximum(self.episodes, 1.0)
+        out = {}
+        scores = self.ego_reached / ego
+        for k in range(k_trials):
+            out[f"trial_{k}_score"] = scores[k]
+        for k in range(1, k_trials):
+            out[f"ada_delta_trial_{k}_minus_0"] = scores[k] - scores[0]
+        for k in range(k_trials):
+            out[f"co_player_trial_{k}_score"] = self.co_reached[k] / co
+        out["trial_episodes"] = self.episodes
+        out["trials_completed"] = self.trials_completed / eps
+        out["trials_goal_reached"] = self.trials_goal_reached / eps
+        out["trials_timed_out"] = self.trials_timed_out / eps
+        out["trial_mean_length"] = self.trial_length_sum / jnp.maximum(self.trials_completed, 1.0)
+        return out
