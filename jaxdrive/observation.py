@@ -172,21 +172,25 @@ def _partner_features(config, agents, visible, length, width, obj_type, trig):
 def _road_features(config, pool, scenario_id, agents, trig):
     """(A, ROAD_FEATURES, M) float32."""
     m = min(config.num_road, pool.road_index.road_per_cell)
-    block = road_index.road_block(pool.road_index, agents.xy, m, scenario_id)  # (A, M, 5)
+    block = road_index.road_block(pool.road_index, agents.xy, m, scenario_id)  # (A, 5, k, S)
+    a = block.shape[0]
     cos, sin = trig
-    c, s = cos[:, None], sin[:, None]
-    dx = block[..., 0] - agents.xy[:, None, 0]
-    dy = block[..., 1] - agents.xy[:, None, 1]
+    c, s = cos[:, None, None], sin[:, None, None]
+    dx = block[:, 0] - agents.xy[:, 0, None, None]
+    dy = block[:, 1] - agents.xy[:, 1, None, None]
     lx = c * dx + s * dy
     ly = -s * dx + c * dy
-    rtype = block[..., 4]
-    okf = ((rtype >= 0) & (lx * lx + ly * ly <= config.road_radius**2)).astype(jnp.float32)
+    rtype = block[:, 4]
+    ok = (rtype >= 0) & (lx * lx + ly * ly <= config.road_radius**2)
     rows = [
         lx / config.road_radius,
         ly / config.road_radius,
-        c * block[..., 2] + s * block[..., 3],
-        -s * block[..., 2] + c * block[..., 3],
+        c * block[:, 2] + s * block[:, 3],
+        -s * block[:, 2] + c * block[:, 3],
         jnp.ones_like(lx),
         rtype,
     ]
-    return jnp.stack([r * okf for r in rows], axis=1).astype(jnp.float32)
+    # Each row goes (A, k, S) -> (A, M) before the stack: XLA then writes every row with
+    # one vectorised loop over M rather than short loops over S.
+    rows = [jnp.where(ok, r, 0.0).reshape(a, -1)[:, :m] for r in rows]
+    return jnp.stack(rows, axis=1).astype(jnp.float32)

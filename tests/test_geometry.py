@@ -269,7 +269,8 @@ def test_road_chunks_are_nearest_to_cell_centre():
         want_chunks = np.argsort(chunk_d, kind="stable")[:k]
         want = xy.reshape(-1, size, 2)[want_chunks].reshape(-1, 2)
         want_valid = valid.reshape(-1, size)[want_chunks].reshape(-1)
-        block = np.asarray(road_index.road_block(idx, jnp.asarray(centre, jnp.float32), 12))
+        block = road_index.road_block(idx, jnp.asarray(centre, jnp.float32), 12)  # (5, K, S)
+        block = np.asarray(block).reshape(5, -1).T
         np.testing.assert_array_equal(block[:, 4] >= 0, want_valid)
         np.testing.assert_allclose(block[want_valid, :2], want[want_valid], atol=1e-6)
 

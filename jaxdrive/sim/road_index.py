@@ -9,7 +9,7 @@ over its map and store, per cell:
 - ``road``: the road *chunks* (runs of ``chunk_size`` consecutive road points) nearest
   to the cell centre, nearest first, ``M = road_per_cell`` points in all. An agent
   observes its cell's chunks, filtered by its own observation radius. Chunks, not single
-  points, because a chunk is one contiguous block of packed point data: gathering 20
+  points, because a chunk is one contiguous run of point data per feature: gathering 20
   blocks of 10 points costs a tenth of gathering 200 scattered points, and gathers are
   what bound the step on a CPU. (Approximate k-nearest: selection is by distance to
   the cell centre, at chunk granularity.)
@@ -83,9 +83,10 @@ class RoadIndex:
       cell_size: () float32, metres.
       road: (C, K) int32, ids of the K = M / S chunks nearest each cell centre, nearest
         first; padded with the id of the trailing all-padding chunk.
-      points: (R / S + 1, S, 5) float32, road points packed per chunk as
-        (x, y, direction x, direction y, type); type -1 marks padding, and the last
-        chunk is all padding.
+      points: (5, R / S + 1, S) float32, road points per chunk, feature-major: rows
+        x, y, direction x, direction y, type; type -1 marks padding, and the last
+        chunk is all padding. Feature-major so that a lookup yields contiguous rows
+        per feature, which the observation's loops read with vector loads.
       edges: (C, 5, E) float32, candidate edge segments per cell as rows
         (start x, start y, unit direction x, unit direction y, length); length -1 marks
         padding. Stored by value, not by index: one contiguous row gather per query.
@@ -107,7 +108,7 @@ class RoadIndex:
 
     @property
     def road_per_cell(self) -> int:
-        return self.road.shape[-1] * self.points.shape[-2]
+        return self.road.shape[-1] * self.points.shape[-1]
 
 
 def _segment_square_distance(centres, half, a, b, corner_dist, corner_cross):
@@ -223,7 +224,7 @@ def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex
         axis=-1,
     )
     packed = jnp.pad(packed, ((0, pad + size), (0, 0)), constant_values=-1.0)
-    points = packed.reshape(num_chunks + 1, size, 5).astype(jnp.float32)
+    points = packed.reshape(num_chunks + 1, size, 5).transpose(2, 0, 1).astype(jnp.float32)
 
     # Edge segments that can be nearest to any point in the cell.
     seg_ok, nxt = merged_edge_segments(roadgraph, config.edge_merge_tolerance)
@@ -329,20 +330,34 @@ def is_offroad(
 def road_block(
     index: RoadIndex, points: jax.Array, count: int, scenario_id: jax.Array | None = None
 ) -> jax.Array:
-    """Packed road points listed for each query point's cell.
+    """Road points listed for each query point's cell, feature-major per chunk.
 
     Args:
       index: see ``cell_of``.
       points: (..., 2).
-      count: road points wanted (rounded up to whole chunks, then cut to ``count``).
+      count: road points wanted; the first ``k = ceil(count / S)`` chunks are returned
+        (at most the cell's list).
     Returns:
-      (..., count, 5) float32 rows (x, y, direction x, direction y, type); type -1 marks
-      padding.
+      (..., 5, k, S) float32 rows (x, y, direction x, direction y, type) of the k
+      chunks; type -1 marks padding.
     """
-    size = index.points.shape[-2]
+    size = index.points.shape[-1]
     k = min(-(-count // size), index.road.shape[-1])
     cell, _ = cell_of(index, points, scenario_id)
     chunks = _at(index.road, scenario_id, cell)[..., :k]  # (..., k)
-    block = _at(index.points, scenario_id, chunks)  # (..., k, S, 5)
-    block = block.reshape(block.shape[:-3] + (k * size, 5))
-    return block[..., :count, :]
+    # One gather of (feature, chunk) rows straight into (..., 5, k, S): batch dims in
+    # output order, so XLA emits it without a transpose.
+    shape = chunks.shape[:-1] + (5, k)
+    idx = [jnp.broadcast_to(jnp.arange(5, dtype=jnp.int32)[:, None], shape),
+           jnp.broadcast_to(chunks[..., None, :], shape)]
+    if scenario_id is not None:
+        idx.insert(0, jnp.broadcast_to(jnp.asarray(scenario_id, jnp.int32), shape))
+    n = len(idx)
+    dims = jax.lax.GatherDimensionNumbers(
+        offset_dims=(len(shape),), collapsed_slice_dims=tuple(range(n)),
+        start_index_map=tuple(range(n)),
+    )
+    return jax.lax.gather(
+        index.points, jnp.stack(idx, axis=-1), dims, (1,) * n + (size,),
+        mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+    )
