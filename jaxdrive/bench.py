@@ -22,6 +22,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import platform
 import resource
 import sys
@@ -31,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.config import ConfigError
+from jaxdrive.config import ConfigError, parse_overrides
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
@@ -213,9 +214,23 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--steps", type=int, default=20, help="steps per timed call (a scan)")
     e.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")
     e.add_argument("--json", default="bench_env.json", help="output file")
+    q = sub.add_parser("policy", help="time the policy's step and sequence paths")
+    q.add_argument("--policy", nargs="+", default=["transformer", "mlp"],
+                   choices=["transformer", "mlp"])
+    q.add_argument("--batch", type=int, nargs="+", default=[4096], help="agents per step")
+    q.add_argument("--partners", type=int, default=63)
+    q.add_argument("--road-obs", type=int, default=200)
+    q.add_argument("--seq-len", type=int, default=32, help="segment length (sequence path)")
+    q.add_argument("--steps", type=int, default=8, help="steps per timed call (step path)")
+    q.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")
+    q.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="policy config override, e.g. model_dim=128")
+    q.add_argument("--json", default="bench_policy.json", help="output file")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.steps < 1:
         p.error("--repeats and --steps must be >= 1")
+    if args.what == "policy":
+        return _main_policy(p, args, argv)
 
     keys = ["envs", "agents", "partners", "road_obs", "road_points", "dynamics", "trials"]
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
@@ -251,18 +266,50 @@ def main(argv: list[str] | None = None) -> int:
     records = [b.record() for b in benches]
     print()
     print(_table(records))
+    _write(args.json, "env", records, argv)
+    return 0
+
+
+def _write(path: str, what: str, records: list[dict], argv) -> None:
     out = {
-        "benchmark": "env",
+        "benchmark": what,
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": __import__("os").cpu_count(),
-                    "backend": jax.default_backend(),
+                    "cpu_count": os.cpu_count(), "backend": jax.default_backend(),
                     "device": jax.devices()[0].device_kind, "jax": jax.__version__},
         "command": " ".join(["python -m jaxdrive.bench"] + (argv or sys.argv[1:])),
         "records": records,
     }
-    with open(args.json, "w") as f:
+    with open(path, "w") as f:
         json.dump(out, f, indent=2)
-    print(f"\nwrote {args.json}")
+    print(f"\nwrote {path}")
+
+
+def _main_policy(p, args, argv) -> int:
+    from jaxdrive.bench_policy import bench_policy, policy_table
+    from jaxdrive.models.policy import PolicyConfig
+
+    if min(args.batch) < 1 or args.seq_len < 1 or args.partners < 0 or args.road_obs < 0:
+        p.error("--batch and --seq-len must be >= 1, --partners and --road-obs >= 0")
+    try:
+        config = PolicyConfig.from_dict(parse_overrides(args.overrides))
+    except ConfigError as err:
+        print(f"error: policy config: {err}", file=sys.stderr)
+        return 2
+    print(f"jaxdrive bench policy: backend {jax.default_backend()}, "
+          f"{jax.devices()[0].device_kind}, {args.partners} partner + {args.road_obs} road "
+          f"tokens, median of {args.repeats} calls", flush=True)
+    records = []
+    for kind in args.policy:
+        for batch in args.batch:
+            rec = bench_policy(kind, batch, args.partners, args.road_obs, args.steps,
+                               args.seq_len, args.repeats, config)
+            records.append(rec)
+            print(f"  {kind} batch {batch}: step {rec['step_agent_steps_per_s']:,.0f}, "
+                  f"sequence {rec['sequence_agent_steps_per_s']:,.0f} agent-steps/s",
+                  flush=True)
+    print()
+    print(policy_table(records))
+    _write(args.json, "policy", records, argv)
     return 0
 
 

@@ -284,6 +284,8 @@ class TimeStep:
       episode_mask: (A,) bool, controlled agents of the ended episode.
       episode_ego: (A,) bool, its ego agents (``episode_mask`` minus co-players).
       trials: ``TrialStats`` of the episode that ended (meaningful when ``episode_done``).
+      first: () bool, ``obs`` is the first of an episode (reset or auto-reset): a
+        policy's memory starts afresh here, and only here.
       trial: () int32, trial index of ``obs``.
       removed: (A,) bool, agents removed in ``obs``'s state (their observations are
         garbage for the policy's memory).
@@ -303,6 +305,7 @@ class TimeStep:
     episode_mask: jax.Array
     episode_ego: jax.Array
     trials: TrialStats
+    first: jax.Array
     trial: jax.Array
     removed: jax.Array
     ego: jax.Array
@@ -371,7 +374,7 @@ class Env:
             episode_done=jnp.asarray(False), trial_done=jnp.asarray(False),
             episode=EpisodeStats.zeros(a),
             episode_mask=zeros_b, episode_ego=zeros_b, trials=state.trials,
-            trial=None, removed=None, ego=None, co_player=None,
+            first=None, trial=None, removed=None, ego=None, co_player=None,
         )
         return state, self._finish(params, state, partial)
 
@@ -577,7 +580,7 @@ class Env:
             trial_ended=trial_ended, metrics=m, episode_done=episode_end, trial_done=trial_end,
             episode=episode,
             episode_mask=controlled, episode_ego=state.ego, trials=trials,
-            trial=None, removed=None, ego=None, co_player=None,
+            first=None, trial=None, removed=None, ego=None, co_player=None,
         )
         return continued, partial
 
@@ -604,7 +607,8 @@ class Env:
 
     def _finish(self, params: EnvParams, state: EnvState, partial: TimeStep) -> TimeStep:
         return partial.replace(
-            obs=self._observe(params, state), active=state.active, trial=state.trial,
+            obs=self._observe(params, state), active=state.active, first=state.step == 0,
+            trial=state.trial,
             removed=state.removed, ego=state.ego, co_player=state.co_player,
         )
 

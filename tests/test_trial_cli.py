@@ -17,8 +17,10 @@ def test_bench_env_trials_records_both_modes(tmp_path, capsys):
         for key in ("envs", "agents", "partners", "road_obs", "road_points",
                     "agent_steps_per_s", "compile_s"):
             assert key in rec
+        assert (rec["envs"], rec["agents"], rec["partners"], rec["road_obs"]) == (2, 8, 7, 20)
         assert rec["agent_steps_per_s"] > 0 and len(rec["timed_runs_s"]) == 2
-    assert "trials" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "trials" in out and "agent-steps/s" in out
 
 
 def test_simulate_trial_mode_prints_trial_scores(tmp_path, capsys):

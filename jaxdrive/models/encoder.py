@@ -1,0 +1,186 @@
+"""Scene encoders: one embedding per agent and step from its ``Observation``.
+
+Per-token work dominates the policy's cost (an agent sees K partner and M road points,
+~260 by default), so partners get one small linear layer each, road points are embedded
+in groups of G consecutive points (pieces of polylines, as in VectorNet's polyline
+subgraphs, Gao et al. 2020: one GEMM row per group instead of per point), and attention
+runs from the ego query only, with the key and value projections folded into the query
+side:
+
+    score_hj = q_h . (W_k,h t_j) = (W_k,h^T q_h) . t_j
+    out_h    = sum_j a_hj W_v,h t_j = W_v,h (sum_j a_hj t_j)
+
+which is exact multi-head attention with per-token cost O(token_dim) per head instead of
+a projection per token. A learned null token is always attendable, so an agent that
+sees nothing gets a finite embedding.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from jaxdrive.observation import EGO_FEATURES
+from jaxdrive.types import ObjectType, Observation, RoadType
+
+NUM_OBJECT_TYPES = len(ObjectType)
+NUM_ROAD_TYPES = len(RoadType)
+# Rows of the feature-major partner / road arrays that are continuous features (then
+# the valid flag, then the type id).
+PARTNER_CONTINUOUS = 8
+ROAD_CONTINUOUS = 4
+_NEG = -1e30  # masked score: exp underflows to exactly 0, unlike -inf no NaN in grads
+
+
+class TokenEmbed(nn.Module):
+    """Token-major features (..., K, F) and type ids (..., K) -> (..., K, dim):
+    relu(W x + b + E[type]), one GEMM over all tokens and a table lookup."""
+
+    dim: int
+    num_types: int
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, feats: jax.Array, types: jax.Array) -> jax.Array:
+        h = nn.Dense(self.dim, dtype=self.dtype)(feats.astype(self.dtype))
+        t = nn.Embed(self.num_types, self.dim, dtype=self.dtype,
+                     embedding_init=nn.initializers.normal(0.1))(types)
+        return nn.relu(h + t)
+
+
+def partner_tokens(obs: Observation):
+    """(..., K, 8) continuous features, (..., K) type ids, (..., K) valid."""
+    p = jnp.swapaxes(obs.partners, -1, -2)
+    types = jnp.clip(p[..., -1].astype(jnp.int32), 0, NUM_OBJECT_TYPES - 1)
+    return p[..., :PARTNER_CONTINUOUS], types, p[..., -2] > 0.5
+
+
+def road_group_tokens(obs: Observation, group: int):
+    """Road points in groups of ``group`` consecutive points (pieces of polylines: the
+    env lists points chunk by chunk), one token per group.
+
+    Returns:
+      (..., M/G, 5G) features (x, y, direction x, y, valid of each point), (..., M/G)
+      type ids (the largest type among the group's valid points), (..., M/G) valid (any
+      point valid). M is padded with invalid points to a multiple of G.
+    """
+    r = obs.road
+    m = r.shape[-1]
+    pad = (-m) % group
+    if pad:
+        r = jnp.pad(r, [(0, 0)] * (r.ndim - 1) + [(0, pad)])
+    r = r.reshape(r.shape[:-1] + ((m + pad) // group, group))
+    r = jnp.moveaxis(r, -2, -3)  # (..., M/G, 6, G)
+    valid = r[..., -2, :] > 0.5
+    n_feat = (ROAD_CONTINUOUS + 1) * group
+    feats = r[..., :ROAD_CONTINUOUS + 1, :].reshape(r.shape[:-2] + (n_feat,))
+    types = jnp.max(jnp.where(valid, r[..., -1, :].astype(jnp.int32), 0), axis=-1)
+    return feats, jnp.clip(types, 0, NUM_ROAD_TYPES - 1), jnp.any(valid, axis=-1)
+
+
+def _scores(u: jax.Array, tokens: jax.Array) -> jax.Array:
+    """(..., heads, d) . (..., K, d) -> (..., heads, K). One contraction per head: XLA
+    CPU runs the batched matrix-vector products ~6x faster than one with a heads axis."""
+    return jnp.stack([jnp.einsum("...d,...kd->...k", u[..., i, :], tokens)
+                      for i in range(u.shape[-2])], axis=-2)
+
+
+class EgoMLP(nn.Module):
+    dim: int
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, ego: jax.Array) -> jax.Array:
+        x = nn.relu(nn.Dense(self.dim, dtype=self.dtype)(ego.astype(self.dtype)))
+        return nn.Dense(self.dim, dtype=self.dtype)(x)
+
+
+class AttentionSceneEncoder(nn.Module):
+    """Ego-query attention over partner and road tokens: (...) obs -> (..., model_dim).
+
+    Attributes:
+      token_dim: width of partner and road tokens.
+      model_dim: output width.
+      heads: attention heads; head_dim = model_dim // heads.
+    """
+
+    token_dim: int
+    model_dim: int
+    heads: int
+    road_group: int = 10
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, obs: Observation) -> jax.Array:
+        if obs.ego.shape[-1] != EGO_FEATURES:
+            raise ValueError(f"ego observation has {obs.ego.shape[-1]} features, expected "
+                             f"{EGO_FEATURES}")
+        h, td, dt = self.heads, self.token_dim, self.dtype
+        dh = self.model_dim // h
+        pf, pt, pm = partner_tokens(obs)
+        rf, rt, rm = road_group_tokens(obs, self.road_group)
+        ego = EgoMLP(self.model_dim, dt)(obs.ego)
+        p_tok = TokenEmbed(td, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
+        r_tok = TokenEmbed(td, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
+
+        init = nn.initializers.lecun_normal()
+        q = nn.Dense(h * dh, dtype=dt, name="query")(nn.LayerNorm(dtype=dt)(ego))
+        q = q.reshape(q.shape[:-1] + (h, dh)) / jnp.sqrt(dh).astype(dt)
+        wk_p = self.param("key_partner", init, (h, dh, td), jnp.float32).astype(dt)
+        wk_r = self.param("key_road", init, (h, dh, td), jnp.float32).astype(dt)
+        k_null = self.param("key_null", init, (h, dh), jnp.float32).astype(dt)
+        # Keys folded into the query: u = W_k^T q, one token_dim vector per head.
+        s_p = _scores(jnp.einsum("...hc,hcd->...hd", q, wk_p), p_tok)
+        s_r = _scores(jnp.einsum("...hc,hcd->...hd", q, wk_r), r_tok)
+        s_0 = jnp.sum(q * k_null, axis=-1)  # (..., h)
+        s_p = jnp.where(pm[..., None, :], s_p.astype(jnp.float32), _NEG)
+        s_r = jnp.where(rm[..., None, :], s_r.astype(jnp.float32), _NEG)
+        s_0 = s_0.astype(jnp.float32)
+        m = jax.lax.stop_gradient(
+            jnp.maximum(s_0, jnp.maximum(jnp.max(s_p, -1, initial=_NEG),
+                                         jnp.max(s_r, -1, initial=_NEG))))
+        e_p = jnp.exp(s_p - m[..., None])
+        e_r = jnp.exp(s_r - m[..., None])
+        e_0 = jnp.exp(s_0 - m)
+        z = e_0 + jnp.sum(e_p, -1) + jnp.sum(e_r, -1)  # >= 1: the max term is exp(0)
+        # Values: weighted token sums per head, then the per-head value projections.
+        pool_p = jnp.einsum("...hk,...kd->...hd", (e_p / z[..., None]).astype(dt), p_tok)
+        pool_r = jnp.einsum("...hk,...kd->...hd", (e_r / z[..., None]).astype(dt), r_tok)
+        wv_p = self.param("value_partner", init, (h, td, dh), jnp.float32).astype(dt)
+        wv_r = self.param("value_road", init, (h, td, dh), jnp.float32).astype(dt)
+        v_null = self.param("value_null", init, (h, dh), jnp.float32).astype(dt)
+        att = (jnp.einsum("...hd,hdc->...hc", pool_p, wv_p)
+               + jnp.einsum("...hd,hdc->...hc", pool_r, wv_r)
+               + (e_0 / z)[..., None].astype(dt) * v_null)
+        att = att.reshape(att.shape[:-2] + (h * dh,))
+        x = ego + nn.Dense(self.model_dim, dtype=dt, name="attn_out")(att)
+        y = nn.Dense(2 * self.model_dim, dtype=dt)(nn.LayerNorm(dtype=dt)(x))
+        return x + nn.Dense(self.model_dim, dtype=dt)(nn.relu(y))
+
+
+class PooledSceneEncoder(nn.Module):
+    """The MLP baseline's encoder: token embeddings max-pooled over valid tokens per
+    family (partners, road), concatenated with the ego embedding: (...) -> (..., model_dim).
+    """
+
+    token_dim: int
+    model_dim: int
+    road_group: int = 10
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, obs: Observation) -> jax.Array:
+        dt = self.dtype
+        pf, pt, pm = partner_tokens(obs)
+        rf, rt, rm = road_group_tokens(obs, self.road_group)
+        ego = EgoMLP(self.model_dim, dt)(obs.ego)
+        p_tok = TokenEmbed(self.token_dim, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
+        r_tok = TokenEmbed(self.token_dim, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
+        # Tokens are >= 0 after relu, so masking to 0 before the max is exact pooling
+        # with an empty set pooled to 0.
+        p = jnp.max(jnp.where(pm[..., None], p_tok, 0), axis=-2, initial=0)
+        r = jnp.max(jnp.where(rm[..., None], r_tok, 0), axis=-2, initial=0)
+        x = jnp.concatenate([ego, p.astype(dt), r.astype(dt)], axis=-1)
+        x = nn.relu(nn.Dense(2 * self.model_dim, dtype=dt)(x))
+        return nn.Dense(self.model_dim, dtype=dt)(x)

@@ -1,0 +1,260 @@
+"""Actor-critic policies with one interface: ``init``, ``init_cache``, ``step``, ``sequence``.
+
+- ``transformer``: attention scene encoder per step, then the temporal decoder over the
+  agent's own past through a per-agent KV cache (memory spans trials, resets with the
+  episode).
+- ``mlp``: max-pooled token encoder and an MLP; no memory (its cache only counts steps).
+
+Both heads sit on the same trunk: a categorical over the env's discrete action grid or a
+scaled Beta for continuous actions, and a value head.
+
+Typical rollout use (N = flattened envs x agents)::
+
+    policy = Policy.for_env(PolicyConfig(), env)
+    params = policy.init(key, timestep.obs)
+    cache = policy.init_cache(N)
+    out, cache = policy.step(params, cache, obs, first, removed)
+    action = policy.distribution(out).sample(key)
+
+and in training ``policy.sequence(params, cache_at_segment_start, obs, first, removed)``
+over (B, T) segments gives the same outputs at every step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from flax import struct
+
+from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int
+from jaxdrive.models.distributions import Categorical, ScaledBeta
+from jaxdrive.models.encoder import AttentionSceneEncoder, PooledSceneEncoder
+from jaxdrive.models.kv_cache import KVCache
+from jaxdrive.models.transformer import TemporalDecoder
+from jaxdrive.types import Observation
+
+POLICY_KINDS = ("transformer", "mlp")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig(ConfigBase):
+    """Policy architecture.
+
+    Attributes:
+      kind: ``transformer`` (memory through a KV cache) or ``mlp`` (no memory).
+      token_dim: width of partner and road tokens (per-token cost scales with it).
+      road_group: G, consecutive road points per road token (set it to the road index's
+        ``chunk_size`` so that tokens are pieces of one polyline).
+      model_dim: width of the per-step embedding and the temporal decoder.
+      scene_heads: heads of the ego-query attention over tokens.
+      num_layers, heads: temporal decoder layers and heads.
+      horizon: H, cache slots per agent (steps of memory); may exceed the episode.
+      mlp_ratio: hidden width of the decoder's MLP, in units of model_dim.
+      dtype: compute dtype, ``float32`` or ``bfloat16`` (parameters stay float32).
+    """
+
+    kind: str = "transformer"
+    token_dim: int = 32
+    road_group: int = 10
+    model_dim: int = 64
+    scene_heads: int = 2
+    num_layers: int = 1
+    heads: int = 2
+    horizon: int = 64
+    mlp_ratio: int = 2
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        check_choice("kind", self.kind, POLICY_KINDS)
+        check_choice("dtype", self.dtype, tuple(DTYPES))
+        check_int("token_dim", self.token_dim, 1, 4096)
+        check_int("road_group", self.road_group, 1, 4096)
+        check_int("model_dim", self.model_dim, 2, 8192)
+        check_int("scene_heads", self.scene_heads, 1, 64)
+        check_int("num_layers", self.num_layers, 1, 64)
+        check_int("heads", self.heads, 1, 64)
+        check_int("horizon", self.horizon, 1, 1 << 20)
+        check_int("mlp_ratio", self.mlp_ratio, 1, 64)
+        for name in ("heads", "scene_heads"):
+            if self.model_dim % getattr(self, name):
+                raise ConfigError(f"config key 'model_dim' = {self.model_dim} must be a "
+                                  f"multiple of '{name}' = {getattr(self, name)}.")
+        if self.model_dim % 2:
+            raise ConfigError(f"config key 'model_dim' = {self.model_dim} must be even "
+                              "(sinusoidal positions).")
+
+
+@struct.dataclass
+class PolicyOutput:
+    """Per-agent head outputs (leading dims (N,) or (B, T)).
+
+    Attributes:
+      dist: (..., num_actions) logits, or (..., 2, action_dim) Beta (alpha, beta).
+      value: (...) float32.
+    """
+
+    dist: jax.Array
+    value: jax.Array
+
+
+class _ActorCritic(nn.Module):
+    config: PolicyConfig
+    out_dim: int  # logits, or 2 * action_dim
+
+    def setup(self):
+        c = self.config
+        dt = DTYPES[c.dtype]
+        if c.kind == "transformer":
+            self.encoder = AttentionSceneEncoder(c.token_dim, c.model_dim, c.scene_heads,
+                                                 c.road_group, dt)
+            self.decoder = TemporalDecoder(c.model_dim, c.heads, c.num_layers, c.mlp_ratio, dt)
+        else:
+            self.encoder = PooledSceneEncoder(c.token_dim, c.model_dim, c.road_group, dt)
+        self.ln = nn.LayerNorm(dtype=dt)
+        self.pi_hidden = nn.Dense(c.model_dim, dtype=dt)
+        self.pi_out = nn.Dense(self.out_dim, dtype=jnp.float32,
+                               kernel_init=nn.initializers.orthogonal(0.01))
+        self.v_hidden = nn.Dense(c.model_dim, dtype=dt)
+        self.v_out = nn.Dense(1, dtype=jnp.float32, kernel_init=nn.initializers.orthogonal(1.0))
+
+    def _heads(self, x):
+        x = self.ln(x)
+        dist = self.pi_out(nn.relu(self.pi_hidden(x)).astype(jnp.float32))
+        value = self.v_out(nn.relu(self.v_hidden(x)).astype(jnp.float32))[..., 0]
+        return dist, value
+
+    def __call__(self, obs):  # parameter creation
+        x = self.encoder(obs)
+        if self.config.kind == "transformer":
+            x = self.decoder(x)
+        return self._heads(x)
+
+    def step(self, obs, cache, removed):
+        x = self.encoder(obs)
+        if self.config.kind == "transformer":
+            x, cache = self.decoder.step(x, cache, removed)
+        else:
+            cache = cache.replace(next_pos=cache.next_pos + 1)
+        return self._heads(x), cache
+
+    def sequence(self, obs, cache, first, removed):
+        # Per-step parts run on (B*T) rows: XLA CPU handles one batch axis in the token
+        # contractions far better than two.
+        b, t = first.shape
+        flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
+        x = self.encoder(flat)
+        if self.config.kind == "transformer":
+            x = self.decoder.sequence(x.reshape((b, t, -1)), cache, first, removed)
+            x = x.reshape((b * t, -1))
+        dist, value = self._heads(x)
+        return dist.reshape((b, t, -1)), value.reshape((b, t))
+
+
+class Policy:
+    """An actor-critic with static configuration; all methods are pure functions.
+
+    Args:
+      config: ``PolicyConfig``.
+      num_actions: size of the discrete action grid, or
+      action_low, action_high: (action_dim,) bounds of continuous actions.
+    """
+
+    def __init__(self, config: PolicyConfig | None = None, num_actions: int | None = None,
+                 action_low=None, action_high=None):
+        self.config = config or PolicyConfig()
+        if (num_actions is None) == (action_low is None):
+            raise ValueError("give either num_actions (discrete) or action_low/action_high "
+                             "(continuous)")
+        self.discrete = num_actions is not None
+        if self.discrete:
+            out_dim = int(num_actions)
+        else:
+            self.action_low = jnp.asarray(action_low, jnp.float32)
+            self.action_high = jnp.asarray(action_high, jnp.float32)
+            out_dim = 2 * self.action_low.shape[0]
+        self.module = _ActorCritic(self.config, out_dim)
+
+    @classmethod
+    def for_env(cls, config: PolicyConfig, env) -> Policy:
+        """A policy whose action head matches ``env``'s action space."""
+        if env.config.dynamics.action_space == "discrete":
+            return cls(config, num_actions=env.num_actions)
+        return cls(config, action_low=env.dynamics.action_low,
+                   action_high=env.dynamics.action_high)
+
+    @property
+    def _cache_layers(self) -> int:
+        return self.config.num_layers if self.config.kind == "transformer" else 0
+
+    def init(self, key: jax.Array, obs: Observation):
+        """Parameters, from an example observation with a leading agent axis (N, ...).
+        Jitted: flax's init run op by op costs seconds."""
+        return jax.jit(self.module.init)(key, obs)
+
+    def init_cache(self, num_agents: int) -> KVCache:
+        """An empty cache for ``num_agents`` agents (all positions empty)."""
+        c = self.config
+        return KVCache.create(num_agents, self._cache_layers, c.horizon, c.heads,
+                              c.model_dim // c.heads, DTYPES[c.dtype])
+
+    def step(self, params, cache: KVCache, obs: Observation, first: jax.Array,
+             removed: jax.Array) -> tuple[PolicyOutput, KVCache]:
+        """One rollout step of N agents.
+
+        Args:
+          params: from ``init``.
+          cache: ``KVCache`` for N agents.
+          obs: ``Observation`` with leading axis N.
+          first: (N,) bool, ``obs`` starts a new episode (the cache is reset first).
+          removed: (N,) bool, the agent is removed in ``obs`` (its step is garbage).
+        Returns:
+          (``PolicyOutput`` (N,), the updated cache).
+        """
+        cache = cache.reset(first)
+        (dist, value), cache = self.module.apply(params, obs, cache, removed,
+                                                 method=_ActorCritic.step)
+        return self._output(dist, value), cache
+
+    def sequence(self, params, cache: KVCache, obs: Observation, first: jax.Array,
+                 removed: jax.Array) -> PolicyOutput:
+        """A whole (B, T) segment at once (training).
+
+        Args:
+          cache: ``KVCache`` for B agents as it was before the segment's first step.
+          obs: ``Observation`` with leading axes (B, T).
+          first, removed: (B, T) bool, as in ``step``.
+        Returns:
+          ``PolicyOutput`` (B, T), equal to stepping through the segment.
+        """
+        dist, value = self.module.apply(params, obs, cache, first, removed,
+                                        method=_ActorCritic.sequence)
+        return self._output(dist, value)
+
+    def _output(self, dist, value) -> PolicyOutput:
+        if not self.discrete:
+            dist = dist.reshape(dist.shape[:-1] + (2, -1))
+        return PolicyOutput(dist=dist.astype(jnp.float32), value=value.astype(jnp.float32))
+
+    def distribution(self, out: PolicyOutput):
+        """``Categorical`` or ``ScaledBeta`` for the outputs' leading shape."""
+        if self.discrete:
+            return Categorical(out.dist)
+        conc = 1.0 + jax.nn.softplus(out.dist)
+        return ScaledBeta(conc[..., 0, :], conc[..., 1, :], self.action_low, self.action_high)
+
+
+def policy_inputs(timestep) -> tuple[jax.Array, jax.Array]:
+    """``(first, removed)`` for ``Policy.step`` from an env ``TimeStep`` (any leading
+    env dims, A agents): every agent of an env whose episode starts gets a fresh memory
+    (at reset and auto-reset, never at a trial boundary); removed agents' steps are
+    garbage. Returns two (..., A) bool arrays."""
+    first = jnp.broadcast_to(timestep.first[..., None], timestep.removed.shape)
+    return first, timestep.removed
+
+
+def param_count(params) -> int:
+    return int(sum(x.size for x in jax.tree.leaves(params)))

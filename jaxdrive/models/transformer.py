@@ -1,0 +1,175 @@
+"""Temporal decoder: causal attention over an agent's own past step embeddings.
+
+Two paths share one set of parameters:
+
+- ``step``: one step of N agents; reads and writes a ``KVCache`` (rollout).
+- ``sequence``: a (B, T) segment at once with the cache at the segment start as context
+  (training); episode boundaries come from ``first``, positions continue the cache's.
+
+Both build the same mask (``kv_cache`` module doc): same episode, causal, within the
+horizon, not garbage (except the query's own step), so at every step their outputs
+agree to float rounding. Positions within the episode are added as sinusoidal
+encodings; they keep counting across trial boundaries and restart with the episode.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from jaxdrive.models.kv_cache import KVCache, positions_in_segment, slot_mask
+
+_NEG = -1e30
+
+
+def sinusoid(pos: jax.Array, dim: int) -> jax.Array:
+    """(...) int positions -> (..., dim) float32 encodings (Vaswani et al. 2017)."""
+    i = jnp.arange(dim // 2, dtype=jnp.float32)
+    freq = jnp.exp(-jnp.log(10000.0) * 2.0 * i / dim)
+    ang = pos.astype(jnp.float32)[..., None] * freq
+    return jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
+
+
+def attention(q: jax.Array, blocks) -> jax.Array:
+    """Softmax attention over several key blocks with one normaliser.
+
+    Args:
+      q: (B, T, heads, head_dim) queries.
+      blocks: sequence of (k, v, mask): k, v (B, S_i, heads, head_dim), mask (B, T, S_i)
+        bool; every query must have at least one True over all blocks.
+    Returns:
+      (B, T, heads, head_dim).
+    """
+    scale = 1.0 / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
+    heads = []
+    # One head at a time: XLA CPU runs these batched contractions much faster without
+    # a heads axis.
+    for h in range(q.shape[2]):
+        scores = []
+        for k, _, mask in blocks:
+            s = jnp.einsum("btd,bsd->bts", q[:, :, h], k[:, :, h]).astype(jnp.float32)
+            scores.append(jnp.where(mask, s * scale, _NEG))
+        m = jax.lax.stop_gradient(
+            jnp.max(jnp.stack([jnp.max(s, axis=-1) for s in scores]), axis=0))
+        exps = [jnp.exp(s - m[..., None]) for s in scores]
+        z = sum(jnp.sum(e, axis=-1) for e in exps)
+        heads.append(sum(
+            jnp.einsum("bts,bsd->btd", (e / z[..., None]).astype(v.dtype), v[:, :, h])
+            for e, (_, v, _) in zip(exps, blocks, strict=True)))
+    return jnp.stack(heads, axis=2)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-LayerNorm transformer layer whose attention is supplied by the caller."""
+
+    model_dim: int
+    heads: int
+    mlp_ratio: int = 2
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self):
+        d, dt = self.model_dim, self.dtype
+        self.ln_attn = nn.LayerNorm(dtype=dt)
+        self.qkv = nn.Dense(3 * d, dtype=dt)
+        self.out = nn.Dense(d, dtype=dt)
+        self.ln_mlp = nn.LayerNorm(dtype=dt)
+        self.fc1 = nn.Dense(self.mlp_ratio * d, dtype=dt)
+        self.fc2 = nn.Dense(d, dtype=dt)
+
+    def project(self, x: jax.Array):
+        """(..., d) -> q, k, v each (..., heads, head_dim)."""
+        qkv = self.qkv(self.ln_attn(x))
+        shape = x.shape[:-1] + (self.heads, self.model_dim // self.heads)
+        q, k, v = jnp.split(qkv, 3, axis=-1)
+        return q.reshape(shape), k.reshape(shape), v.reshape(shape)
+
+    def finish(self, x: jax.Array, attended: jax.Array) -> jax.Array:
+        """Residual attention output and MLP: (..., d), (..., heads, head_dim) -> (..., d)."""
+        x = x + self.out(attended.reshape(x.shape))
+        return x + self.fc2(nn.relu(self.fc1(self.ln_mlp(x))))
+
+    def __call__(self, x):  # used only to create the parameters
+        q, k, v = self.project(x)
+        return self.finish(x, v)
+
+
+class TemporalDecoder(nn.Module):
+    """Causal attention over the agent's own past within the episode, through a cache."""
+
+    model_dim: int
+    heads: int
+    num_layers: int
+    mlp_ratio: int = 2
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self):
+        self.layers = [DecoderLayer(self.model_dim, self.heads, self.mlp_ratio, self.dtype)
+                       for _ in range(self.num_layers)]
+
+    def __call__(self, x):  # used only to create the parameters
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def step(self, x: jax.Array, cache: KVCache, removed: jax.Array):
+        """One step of N agents.
+
+        Args:
+          x: (N, d) scene embeddings of this step.
+          cache: ``KVCache`` for N agents (already reset where this step starts an
+            episode).
+          removed: (N,) bool, agents removed in this step's observation (their slot is
+            marked garbage for later queries).
+        Returns:
+          ((N, d) outputs, updated cache).
+        """
+        n, s = x.shape[0], cache.horizon
+        p = cache.next_pos
+        x = (x + sinusoid(p, self.model_dim)).astype(self.dtype)
+        slot = p % s
+        rows = jnp.arange(n)
+        own = jnp.arange(s)[None, :] == slot[:, None]
+        pos = jnp.where(own, p[:, None], cache.pos)
+        mask = slot_mask(pos, cache.garbage & ~own, p, s)[:, None, :]  # (N, 1, S)
+        k_cache, v_cache = cache.k, cache.v
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.project(x)
+            k_cache = k_cache.at[i, rows, slot].set(k.astype(k_cache.dtype))
+            v_cache = v_cache.at[i, rows, slot].set(v.astype(v_cache.dtype))
+            a = attention(q[:, None], [(k_cache[i], v_cache[i], mask)])[:, 0]
+            x = layer.finish(x, a)
+        cache = KVCache(
+            k=k_cache, v=v_cache, pos=pos,
+            garbage=jnp.where(own, removed[:, None], cache.garbage), next_pos=p + 1,
+        )
+        return x, cache
+
+    def sequence(self, x: jax.Array, cache: KVCache, first: jax.Array, removed: jax.Array):
+        """A (B, T) segment at once.
+
+        Args:
+          x: (B, T, d) scene embeddings.
+          cache: ``KVCache`` for B agents as it was before the segment's first step
+            (not reset for it: ``first[:, 0]`` does that).
+          first: (B, T) bool, the step starts a new episode.
+          removed: (B, T) bool, the agent was removed in that step's observation.
+        Returns:
+          (B, T, d) outputs, equal to running ``step`` over the segment.
+        """
+        t_len, s = x.shape[1], cache.horizon
+        pos, episode = positions_in_segment(first, cache.next_pos)
+        x = (x + sinusoid(pos, self.model_dim)).astype(self.dtype)
+        t = jnp.arange(t_len)
+        own = t[:, None] == t[None, :]
+        seg_mask = ((episode[:, :, None] == episode[:, None, :]) & (t[:, None] >= t[None, :])
+                    & (pos[:, :, None] - pos[:, None, :] < s)
+                    & (~removed[:, None, :] | own[None]))
+        ctx_mask = (episode == 0)[:, :, None] & slot_mask(
+            cache.pos[:, None, :], cache.garbage[:, None, :], pos, s)
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.project(x)
+            a = attention(q, [(cache.k[i].astype(k.dtype), cache.v[i].astype(v.dtype),
+                               ctx_mask), (k, v, seg_mask)])
+            x = layer.finish(x, a)
+        return x

@@ -1,0 +1,91 @@
+"""Policy heads, distributions, the MLP baseline, bfloat16 and config errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from policy_inputs import at, perturb, random_obs
+
+from jaxdrive.config import ConfigError
+from jaxdrive.models import Policy, PolicyConfig
+from jaxdrive.models.distributions import Categorical, ScaledBeta
+
+
+def test_categorical_hand_computed():
+    # logits log([1, 2, 1]) -> p = [0.25, 0.5, 0.25]; entropy = 1.5 ln 2.
+    d = Categorical(jnp.log(jnp.array([[1.0, 2.0, 1.0]])))
+    np.testing.assert_allclose(d.log_prob(jnp.array([1])), [np.log(0.5)], rtol=1e-6)
+    np.testing.assert_allclose(d.entropy(), [1.5 * np.log(2)], rtol=1e-6)
+    assert int(d.mode()[0]) == 1
+    s = d.sample(jax.random.key(0))
+    assert s.dtype == jnp.int32 and s.shape == (1,)
+
+
+def test_scaled_beta_against_reference_density():
+    low, high = jnp.array([-2.0, 0.0]), jnp.array([2.0, 0.5])
+    d = ScaledBeta(jnp.array([[2.0, 3.5]]), jnp.array([[5.0, 1.5]]), low, high)
+    x = jnp.array([[0.3, 0.1]])
+    u = (x - low) / (high - low)
+    want = (jax.scipy.stats.beta.logpdf(u, d.alpha, d.beta) - jnp.log(high - low)).sum(-1)
+    np.testing.assert_allclose(d.log_prob(x), want, rtol=1e-5)
+    # Entropy against numerical integration of -p log p on a fine grid, per dimension.
+    grid = jnp.linspace(1e-5, 1 - 1e-5, 40_001)
+    total = 0.0
+    for i in range(2):
+        xs = low[i] + grid * (high[i] - low[i])
+        pdf = jnp.exp(jax.scipy.stats.beta.logpdf(grid, d.alpha[0, i], d.beta[0, i])) / (
+            high[i] - low[i])
+        total += float(jnp.trapezoid(-pdf * jnp.log(pdf), xs))
+    np.testing.assert_allclose(float(d.entropy()[0]), total, rtol=1e-3)
+    s = d.sample(jax.random.key(1))
+    assert ((s >= low) & (s <= high)).all()
+
+
+OBS = random_obs(jax.random.key(0), (3, 4))
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_mlp_baseline_same_interface_no_memory(discrete):
+    cfg = PolicyConfig(kind="mlp", token_dim=8, model_dim=16)
+    policy = (Policy(cfg, num_actions=6) if discrete
+              else Policy(cfg, action_low=[-1.0, -1.0], action_high=[1.0, 1.0]))
+    params = perturb(policy.init(jax.random.key(1), at(OBS, 0)), jax.random.key(2))
+    cache = policy.init_cache(3)
+    no = jnp.zeros((3,), bool)
+    step = jax.jit(policy.step)
+    out1, cache = step(params, cache, at(OBS, 1), no, no)
+    fresh, _ = step(params, policy.init_cache(3), at(OBS, 1), ~no, no)
+    np.testing.assert_allclose(out1.dist, fresh.dist, atol=1e-6)  # memoryless
+    seq = jax.jit(policy.sequence)(params, cache, OBS, jnp.zeros((3, 4), bool),
+                                   jnp.zeros((3, 4), bool))
+    np.testing.assert_allclose(seq.dist[:, 1], out1.dist, atol=1e-5)
+    dist = policy.distribution(out1)
+    a = dist.sample(jax.random.key(3))
+    assert a.shape == ((3,) if discrete else (3, 2))
+    assert np.isfinite(np.asarray(dist.log_prob(a))).all()
+
+
+def test_bfloat16_compute_close_to_float32():
+    f32 = Policy(PolicyConfig(token_dim=16, model_dim=32), num_actions=5)
+    b16 = Policy(PolicyConfig(token_dim=16, model_dim=32, dtype="bfloat16"), num_actions=5)
+    params = f32.init(jax.random.key(1), at(OBS, 0))  # parameters stay float32
+    first = jnp.zeros((3, 4), bool).at[:, 0].set(True)
+    no = jnp.zeros((3, 4), bool)
+    a = jax.jit(f32.sequence)(params, f32.init_cache(3), OBS, first, no)
+    b = jax.jit(b16.sequence)(params, b16.init_cache(3), OBS, first, no)
+    assert b.dist.dtype == jnp.float32 and np.isfinite(np.asarray(b.value)).all()
+    np.testing.assert_allclose(b.value, a.value, atol=0.1)
+    assert b16.init_cache(2).k.dtype == jnp.bfloat16
+
+
+def test_policy_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match="kind"):
+        PolicyConfig.from_dict({"kind": "lstm"})
+    with pytest.raises(ConfigError, match="heads"):
+        PolicyConfig.from_dict({"model_dim": 30, "heads": 4})
+    with pytest.raises(ConfigError, match="horizon"):
+        PolicyConfig.from_dict({"horizon": 0})
+    with pytest.raises(ConfigError, match="dtype"):
+        PolicyConfig.from_dict({"dtype": "float16"})
+    with pytest.raises(ValueError, match="num_actions"):
+        Policy(PolicyConfig())

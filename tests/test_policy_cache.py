@@ -1,0 +1,111 @@
+"""The policy's per-agent KV cache: independent resets, positions across trials and
+episodes, retracing, jit and vmap."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from policy_inputs import at, perturb, random_obs
+from scenes import straight_road
+
+from jaxdrive.env import Env, EnvConfig
+from jaxdrive.models import Policy, PolicyConfig
+from jaxdrive.models.policy import policy_inputs
+from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.types import tree_stack
+
+CFG = PolicyConfig(horizon=6, num_layers=1, token_dim=16, model_dim=32)
+N = 4
+POLICY = Policy(CFG, num_actions=5)
+OBS = random_obs(jax.random.key(0), (N, 9))
+PARAMS = perturb(POLICY.init(jax.random.key(1), at(OBS, 0)), jax.random.key(2))
+STEP = jax.jit(chex.assert_max_traces(POLICY.step, n=1))
+SEQUENCE = jax.jit(chex.assert_max_traces(POLICY.sequence, n=1))
+
+
+def warm_cache(steps=8):
+    cache = POLICY.init_cache(N)
+    for t in range(steps):
+        cache = STEP(PARAMS, cache, at(OBS, t), jnp.full((N,), t == 0),
+                     jnp.arange(N) == t % N)[1]
+    return cache
+
+
+def test_resetting_one_agent_leaves_the_others_unchanged():
+    cache = warm_cache()
+    none = jnp.zeros((N,), bool)
+    one = none.at[1].set(True)
+    out_a, cache_a = STEP(PARAMS, cache, at(OBS, 8), none, none)
+    out_b, cache_b = STEP(PARAMS, cache, at(OBS, 8), one, none)
+    others = np.array([0, 2, 3])
+    np.testing.assert_array_equal(np.asarray(out_a.dist)[others], np.asarray(out_b.dist)[others])
+    np.testing.assert_array_equal(np.asarray(out_a.value)[others],
+                                  np.asarray(out_b.value)[others])
+    assert not np.allclose(np.asarray(out_a.dist)[1], np.asarray(out_b.dist)[1])
+    for name in ("pos", "garbage", "next_pos"):
+        a, b = np.asarray(getattr(cache_a, name)), np.asarray(getattr(cache_b, name))
+        np.testing.assert_array_equal(a[others], b[others])
+    np.testing.assert_array_equal(cache_b.next_pos, [9, 1, 9, 9])
+    # Agent 1's row holds only its new step: every other slot is empty.
+    assert (np.asarray(cache_b.pos[1]) >= 0).sum() == 1
+
+
+def test_positions_continue_across_trials_and_restart_with_the_episode():
+    # Two trials of 3 steps per episode: trial boundaries after env steps 3 and 9, episode
+    # ends after steps 6 and 12. Positions must count 0..5 through the trial boundary and
+    # restart at 0 only on each episode's first observation.
+    sc = ScenarioConfig(max_agents=N, num_steps=31, max_road_points=1024)
+    env = Env(EnvConfig.from_dict({
+        "scenario": sc.to_dict(), "observation": {"num_partners": 3, "num_road": 7},
+        "road_index": {"road_per_cell": 32, "chunk_size": 8, "grid_size": 8},
+        "init_step": 0, "goal_behavior": "trial", "num_trials": 2, "trial_timeout": 3,
+    }))
+    scene = straight_road(sc, [(0, -2, 0, 0, 4.0, 2.0), (-60, 2, 0, 0, 4.0, 2.0)],
+                          goals=[(50, -2), (-90, 2)])
+    pool = make_pool(tree_stack([jax.tree.map(jnp.asarray, scene)]), env.config.road_index)
+    params = env.make_params(pool)
+    state, ts = jax.jit(env.reset_to)(params, jnp.int32(0), jax.random.key(0))
+    env_step = jax.jit(env.step)
+    cache = POLICY.init_cache(N)
+    step = jax.jit(POLICY.step)  # env observations have other sizes than OBS
+    seen_pos, trials = [], []
+    for _ in range(13):
+        first, removed = policy_inputs(ts)
+        seen_pos.append(int(cache.reset(first).next_pos[0]))
+        trials.append(int(ts.trial))
+        _, cache = step(PARAMS, cache, ts.obs, first, removed)
+        state, ts = env_step(params, state, jnp.zeros((N,), jnp.int32))
+    assert trials == [0, 0, 0, 1, 1, 1] * 2 + [0]
+    assert seen_pos == [0, 1, 2, 3, 4, 5] * 2 + [0]
+
+
+def test_jit_vmap_and_single_trace_on_both_paths():
+    # vmap over an env axis (E envs x N agents) equals one call on the flattened E*N.
+    e = 2
+    obs = random_obs(jax.random.key(5), (e, N))
+    stack = lambda *c: jax.tree.map(lambda *x: jnp.stack(x), *c)
+    caches = stack(warm_cache(3), warm_cache(5))
+    first = jnp.zeros((e, N), bool).at[1, 2].set(True)
+    removed = jnp.zeros((e, N), bool).at[0, 1].set(True)
+    out_v, cache_v = jax.jit(jax.vmap(POLICY.step, in_axes=(None, 0, 0, 0, 0)))(
+        PARAMS, caches, obs, first, removed)
+    flat = lambda x: x.reshape((e * N,) + x.shape[2:])
+    flat_cache = jax.tree.map(lambda x: jnp.concatenate(list(x), axis=1 if x.ndim == 6 else 0),
+                              caches)
+    out_f, _ = jax.jit(POLICY.step)(PARAMS, flat_cache, jax.tree.map(flat, obs), flat(first),
+                                    flat(removed))  # 2N agents: its own compilation
+    np.testing.assert_allclose(flat(out_v.dist), out_f.dist, atol=1e-6)
+    np.testing.assert_allclose(flat(out_v.value), out_f.value, atol=1e-6)
+    # Same shapes again: no retrace (assert_max_traces would raise).
+    STEP(PARAMS, warm_cache(1), at(OBS, 0), jnp.ones((N,), bool), jnp.zeros((N,), bool))
+    segment = jax.tree.map(lambda x: x[:, :5], OBS)
+    masks = jnp.zeros((N, 5), bool)
+    for _ in range(2):
+        out = SEQUENCE(PARAMS, warm_cache(2), segment, masks.at[:, 0].set(True), masks)
+        assert out.dist.shape == (N, 5, 5) and out.value.shape == (N, 5)
+    seq_v = jax.jit(jax.vmap(POLICY.sequence, in_axes=(None, 0, 0, 0, 0)))(
+        PARAMS, stack(warm_cache(2), warm_cache(2)),
+        jax.tree.map(lambda x: jnp.stack([x, x]), segment), jnp.stack([masks] * 2),
+        jnp.stack([masks] * 2))
+    np.testing.assert_allclose(seq_v.dist[0], seq_v.dist[1], atol=1e-5)
