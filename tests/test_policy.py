@@ -1,5 +1,7 @@
 """Policy heads, distributions, the MLP baseline, bfloat16 and config errors."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -89,3 +91,20 @@ def test_policy_config_errors_name_the_key():
         PolicyConfig.from_dict({"dtype": "float16"})
     with pytest.raises(ValueError, match="num_actions"):
         Policy(PolicyConfig())
+
+
+def test_bench_policy_cli_writes_records(tmp_path):
+    from jaxdrive import bench
+
+    out = tmp_path / "p.json"
+    rc = bench.main(["policy", "--policy", "transformer", "--batch", "8", "--partners", "3",
+                     "--road-obs", "20", "--seq-len", "4", "--steps", "2", "--repeats", "1",
+                     "--set", "model_dim=32", "--set", "token_dim=8", "--json", str(out)])
+    assert rc == 0
+    (rec,) = json.loads(out.read_text())["records"]
+    for key in ("policy", "batch", "params", "step_agent_steps_per_s",
+                "sequence_agent_steps_per_s"):
+        assert key in rec
+    assert rec["policy"] == "transformer" and rec["batch"] == 8 and rec["params"] > 0
+    assert rec["config"]["model_dim"] == 32
+    assert bench.main(["policy", "--set", "modle_dim=32"]) == 2  # typo: clear error
