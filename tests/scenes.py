@@ -63,3 +63,18 @@ def straight_road(config: ScenarioConfig, agents, dt: float = 0.1, sdc: int = 0,
         obj.goal[a] = obj.xy[a, -1] if goals is None else goals[a]
     obj.is_sdc[sdc] = True
     return s
+
+
+# A 4-slot, 31-step scenario on the straight road and an env config small enough to
+# compile in seconds; shared by the env and trial tests.
+SMALL_AGENTS = 4
+SMALL_SCENARIO = ScenarioConfig(max_agents=SMALL_AGENTS, num_steps=31, max_road_points=1024)
+SMALL_ENV = {
+    "scenario": SMALL_SCENARIO.to_dict(),
+    "observation": {"num_partners": 3, "num_road": 16},
+    "road_index": {"road_per_cell": 32, "chunk_size": 8, "grid_size": 8},
+    "init_step": 0,
+    "goal_radius": 2.0,
+    "reward": {"goal": 1.0, "collision": -0.5, "offroad": -0.25, "progress": 0.1},
+}
+CAR = (4.0, 2.0)  # length, width

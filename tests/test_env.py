@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scenes import straight_road
+from scenes import CAR, SMALL_AGENTS, SMALL_ENV, SMALL_SCENARIO, straight_road
 
 from jaxdrive.config import ConfigError
 from jaxdrive.env import REMOVED_XY, Env, EnvConfig
@@ -13,17 +13,9 @@ from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.types import EntityKind, tree_stack
 
-A = 4
-SC = ScenarioConfig(max_agents=A, num_steps=31, max_road_points=1024)
-BASE = {
-    "scenario": SC.to_dict(),
-    "observation": {"num_partners": 3, "num_road": 16},
-    "road_index": {"road_per_cell": 32, "chunk_size": 8, "grid_size": 8},
-    "init_step": 0,
-    "goal_radius": 2.0,
-    "reward": {"goal": 1.0, "collision": -0.5, "offroad": -0.25, "progress": 0.1},
-}
-CAR = (4.0, 2.0)  # length, width
+A = SMALL_AGENTS
+SC = SMALL_SCENARIO
+BASE = SMALL_ENV
 
 
 def make_env(**overrides):

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scenes import straight_road
+from scenes import CAR, SMALL_AGENTS, SMALL_ENV, SMALL_SCENARIO, straight_road
 
 from jaxdrive.config import ConfigError
 from jaxdrive.controllers import CONTROLLERS
@@ -22,18 +22,9 @@ from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 from jaxdrive.trials import TrialTotals
 from jaxdrive.types import EntityKind, tree_stack
 
-A = 4
-SC = ScenarioConfig(max_agents=A, num_steps=31, max_road_points=1024)
-BASE = {
-    "scenario": SC.to_dict(),
-    "observation": {"num_partners": 3, "num_road": 16},
-    "road_index": {"road_per_cell": 32, "chunk_size": 8, "grid_size": 8},
-    "init_step": 0,
-    "goal_radius": 2.0,
-    "goal_behavior": "trial",
-    "reward": {"goal": 1.0, "collision": -0.5, "offroad": -0.25, "progress": 0.1},
-}
-CAR = (4.0, 2.0)  # length, width
+A = SMALL_AGENTS
+SC = SMALL_SCENARIO
+BASE = {**SMALL_ENV, "goal_behavior": "trial"}
 _FNS = {}
 
 

@@ -86,6 +86,29 @@ def _scores(u: jax.Array, tokens: jax.Array) -> jax.Array:
                       for i in range(u.shape[-2])], axis=-2)
 
 
+class SceneTokens(nn.Module):
+    """Embeddings of one observation: ego (..., model_dim), partner tokens (..., K, td)
+    with mask (..., K), road-group tokens (..., M/G, td) with mask (..., M/G)."""
+
+    token_dim: int
+    model_dim: int
+    road_group: int
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, obs: Observation):
+        if obs.ego.shape[-1] != EGO_FEATURES:
+            raise ValueError(f"ego observation has {obs.ego.shape[-1]} features, expected "
+                             f"{EGO_FEATURES}")
+        dt = self.dtype
+        pf, pt, pm = partner_tokens(obs)
+        rf, rt, rm = road_group_tokens(obs, self.road_group)
+        ego = EgoMLP(self.model_dim, dt)(obs.ego)
+        p_tok = TokenEmbed(self.token_dim, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
+        r_tok = TokenEmbed(self.token_dim, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
+        return ego, p_tok, pm, r_tok, rm
+
+
 class EgoMLP(nn.Module):
     dim: int
     dtype: jnp.dtype = jnp.float32
@@ -113,16 +136,10 @@ class AttentionSceneEncoder(nn.Module):
 
     @nn.compact
     def __call__(self, obs: Observation) -> jax.Array:
-        if obs.ego.shape[-1] != EGO_FEATURES:
-            raise ValueError(f"ego observation has {obs.ego.shape[-1]} features, expected "
-                             f"{EGO_FEATURES}")
         h, td, dt = self.heads, self.token_dim, self.dtype
         dh = self.model_dim // h
-        pf, pt, pm = partner_tokens(obs)
-        rf, rt, rm = road_group_tokens(obs, self.road_group)
-        ego = EgoMLP(self.model_dim, dt)(obs.ego)
-        p_tok = TokenEmbed(td, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
-        r_tok = TokenEmbed(td, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
+        ego, p_tok, pm, r_tok, rm = SceneTokens(td, self.model_dim, self.road_group, dt,
+                                                name="tokens")(obs)
 
         init = nn.initializers.lecun_normal()
         q = nn.Dense(h * dh, dtype=dt, name="query")(nn.LayerNorm(dtype=dt)(ego))
@@ -172,11 +189,8 @@ class PooledSceneEncoder(nn.Module):
     @nn.compact
     def __call__(self, obs: Observation) -> jax.Array:
         dt = self.dtype
-        pf, pt, pm = partner_tokens(obs)
-        rf, rt, rm = road_group_tokens(obs, self.road_group)
-        ego = EgoMLP(self.model_dim, dt)(obs.ego)
-        p_tok = TokenEmbed(self.token_dim, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
-        r_tok = TokenEmbed(self.token_dim, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
+        ego, p_tok, pm, r_tok, rm = SceneTokens(self.token_dim, self.model_dim,
+                                                self.road_group, dt, name="tokens")(obs)
         # Tokens are >= 0 after relu, so masking to 0 before the max is exact pooling
         # with an empty set pooled to 0.
         p = jnp.max(jnp.where(pm[..., None], p_tok, 0), axis=-2, initial=0)
