@@ -1,0 +1,1 @@
+"""Run telemetry: on-device statistics (host-side writers come with the trainer)."""

@@ -1,0 +1,1 @@
+"""PPO training: advantage estimation, masked losses (the trainer builds on these)."""
