@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -157,3 +158,43 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
         else:
             out[k] = v
     return out
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML config file as a dict, with file inheritance resolved.
+
+    A file may name parents with ``inherits: base.yaml`` (or a list, merged in order);
+    paths are relative to the file that names them. Parents are merged first and the
+    child wins key by key (nested mappings merge recursively). A missing file, invalid
+    YAML, a non-mapping or an inheritance cycle is a ``ConfigError`` naming the files.
+    """
+    return _load_yaml(os.path.abspath(path), ())
+
+
+def _load_yaml(path: str, chain: tuple[str, ...]) -> dict[str, Any]:
+    import yaml
+
+    if path in chain:
+        names = " -> ".join(os.path.basename(p) for p in chain + (path,))
+        raise ConfigError(f"config files inherit in a cycle: {names}.")
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        by = f" (inherited by '{chain[-1]}')" if chain else ""
+        raise ConfigError(f"config file '{path}' not found{by}.") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of sections.")
+    parents = data.pop("inherits", None) or []
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise ConfigError(f"config file '{path}': 'inherits' must be a file name or a list "
+                          f"of file names; got {parents!r}.")
+    merged: dict[str, Any] = {}
+    for parent in parents:
+        parent_path = os.path.normpath(os.path.join(os.path.dirname(path), parent))
+        merged = merge(merged, _load_yaml(parent_path, chain + (path,)))
+    return merge(merged, data)

@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from jaxdrive.config import ConfigError, merge, parse_overrides
+from jaxdrive.config import ConfigError, load_yaml, merge, parse_overrides
 from jaxdrive.controllers import CONTROLLERS
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.rollout import RolloutStats, make_rollout
@@ -27,21 +27,9 @@ from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 
 
 def load_config(path: str | None, overrides: dict) -> dict:
-    """The YAML file (if any) merged with ``--set`` overrides; top-level keys checked."""
-    data: dict = {}
-    if path:
-        import yaml
-
-        try:
-            with open(path) as f:
-                data = yaml.safe_load(f) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file '{path}' not found.") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file '{path}' is not valid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file '{path}' must hold a mapping with env: and "
-                              "procedural: sections.")
+    """The YAML file (if any, with ``inherits:`` resolved) merged with ``--set``
+    overrides; top-level keys checked."""
+    data = load_yaml(path) if path else {}
     data = merge(data, overrides)
     unknown = sorted(set(data) - {"env", "procedural"})
     if unknown:
