@@ -599,12 +599,6 @@ class Env:
             fresh = self._initial_state(params, new_sid, k_state).replace(key=key)
             return jax.tree.map(lambda f, c: jnp.where(episode_end, f, c), fresh, state)
 
-    def _boundary_any(self, partial: TimeStep) -> jax.Array:
-        """() bool over a batch: whether any environment needs ``_boundary``."""
-        if self.config.goal_behavior == "trial":
-            return jnp.any(partial.trial_done)
-        return jnp.any(partial.episode_done)
-
     def _finish(self, params: EnvParams, state: EnvState, partial: TimeStep) -> TimeStep:
         return partial.replace(
             obs=self._observe(params, state), active=state.active, first=state.step == 0,
@@ -671,9 +665,10 @@ class Env:
         def step_batch(params, state, action):
             state, partial = transition(params, state, action)
             # Episodes (and trials) end on few steps: skip the reset gathers when none
-            # ended (same result as resetting per env, as ``step`` does).
+            # ended (same result as resetting per env, as ``step`` does). ``trial_done``
+            # covers episode ends in every mode.
             state = jax.lax.cond(
-                self._boundary_any(partial),
+                jnp.any(partial.trial_done),
                 lambda s: boundary(params, s, partial),
                 lambda s: s,
                 state,

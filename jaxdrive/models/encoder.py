@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from jaxdrive.models.softmax import joint_softmax
 from jaxdrive.observation import EGO_FEATURES
 from jaxdrive.types import ObjectType, Observation, RoadType
 
@@ -30,7 +31,6 @@ NUM_ROAD_TYPES = len(RoadType)
 # the valid flag, then the type id).
 PARTNER_CONTINUOUS = 8
 ROAD_CONTINUOUS = 4
-_NEG = -1e30  # masked score: exp underflows to exactly 0, unlike -inf no NaN in grads
 
 
 class TokenEmbed(nn.Module):
@@ -150,26 +150,18 @@ class AttentionSceneEncoder(nn.Module):
         # Keys folded into the query: u = W_k^T q, one token_dim vector per head.
         s_p = _scores(jnp.einsum("...hc,hcd->...hd", q, wk_p), p_tok)
         s_r = _scores(jnp.einsum("...hc,hcd->...hd", q, wk_r), r_tok)
-        s_0 = jnp.sum(q * k_null, axis=-1)  # (..., h)
-        s_p = jnp.where(pm[..., None, :], s_p.astype(jnp.float32), _NEG)
-        s_r = jnp.where(rm[..., None, :], s_r.astype(jnp.float32), _NEG)
-        s_0 = s_0.astype(jnp.float32)
-        m = jax.lax.stop_gradient(
-            jnp.maximum(s_0, jnp.maximum(jnp.max(s_p, -1, initial=_NEG),
-                                         jnp.max(s_r, -1, initial=_NEG))))
-        e_p = jnp.exp(s_p - m[..., None])
-        e_r = jnp.exp(s_r - m[..., None])
-        e_0 = jnp.exp(s_0 - m)
-        z = e_0 + jnp.sum(e_p, -1) + jnp.sum(e_r, -1)  # >= 1: the max term is exp(0)
+        s_0 = jnp.sum(q * k_null, axis=-1, keepdims=True)  # (..., h, 1), always valid
+        w_0, w_p, w_r = joint_softmax([s_0, s_p, s_r], [True, pm[..., None, :],
+                                                        rm[..., None, :]])
         # Values: weighted token sums per head, then the per-head value projections.
-        pool_p = jnp.einsum("...hk,...kd->...hd", (e_p / z[..., None]).astype(dt), p_tok)
-        pool_r = jnp.einsum("...hk,...kd->...hd", (e_r / z[..., None]).astype(dt), r_tok)
+        pool_p = jnp.einsum("...hk,...kd->...hd", w_p.astype(dt), p_tok)
+        pool_r = jnp.einsum("...hk,...kd->...hd", w_r.astype(dt), r_tok)
         wv_p = self.param("value_partner", init, (h, td, dh), jnp.float32).astype(dt)
         wv_r = self.param("value_road", init, (h, td, dh), jnp.float32).astype(dt)
         v_null = self.param("value_null", init, (h, dh), jnp.float32).astype(dt)
         att = (jnp.einsum("...hd,hdc->...hc", pool_p, wv_p)
                + jnp.einsum("...hd,hdc->...hc", pool_r, wv_r)
-               + (e_0 / z)[..., None].astype(dt) * v_null)
+               + w_0.astype(dt) * v_null)
         att = att.reshape(att.shape[:-2] + (h * dh,))
         x = ego + nn.Dense(self.model_dim, dtype=dt, name="attn_out")(att)
         y = nn.Dense(2 * self.model_dim, dtype=dt)(nn.LayerNorm(dtype=dt)(x))

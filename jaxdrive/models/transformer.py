@@ -19,8 +19,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from jaxdrive.models.kv_cache import KVCache, positions_in_segment, slot_mask
-
-_NEG = -1e30
+from jaxdrive.models.softmax import joint_softmax
 
 
 def sinusoid(pos: jax.Array, dim: int) -> jax.Array:
@@ -46,17 +45,11 @@ def attention(q: jax.Array, blocks) -> jax.Array:
     # One head at a time: XLA CPU runs these batched contractions much faster without
     # a heads axis.
     for h in range(q.shape[2]):
-        scores = []
-        for k, _, mask in blocks:
-            s = jnp.einsum("btd,bsd->bts", q[:, :, h], k[:, :, h]).astype(jnp.float32)
-            scores.append(jnp.where(mask, s * scale, _NEG))
-        m = jax.lax.stop_gradient(
-            jnp.max(jnp.stack([jnp.max(s, axis=-1) for s in scores]), axis=0))
-        exps = [jnp.exp(s - m[..., None]) for s in scores]
-        z = sum(jnp.sum(e, axis=-1) for e in exps)
-        heads.append(sum(
-            jnp.einsum("bts,bsd->btd", (e / z[..., None]).astype(v.dtype), v[:, :, h])
-            for e, (_, v, _) in zip(exps, blocks, strict=True)))
+        scores = [jnp.einsum("btd,bsd->bts", q[:, :, h], k[:, :, h]).astype(jnp.float32)
+                  * scale for k, _, _ in blocks]
+        weights = joint_softmax(scores, [mask for _, _, mask in blocks])
+        heads.append(sum(jnp.einsum("bts,bsd->btd", w.astype(v.dtype), v[:, :, h])
+                         for w, (_, v, _) in zip(weights, blocks, strict=True)))
     return jnp.stack(heads, axis=2)
 
 
