@@ -226,11 +226,22 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="policy config override, e.g. model_dim=128")
     q.add_argument("--json", default="bench_policy.json", help="output file")
+    t = sub.add_parser("train", help="time end-to-end PPO iterations (env + policy + PPO)")
+    t.add_argument("--config", default=None,
+                   help="run config (default: configs/quickstart.yaml's settings)")
+    t.add_argument("--policy", nargs="+", default=["mlp", "transformer"],
+                   choices=["transformer", "mlp"])
+    t.add_argument("--repeats", type=int, default=5, help="timed iterations (median reported)")
+    t.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="run config override, e.g. train.num_envs=256")
+    t.add_argument("--json", default="bench_train.json", help="output file")
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.steps < 1:
+    if args.repeats < 1 or getattr(args, "steps", 1) < 1:
         p.error("--repeats and --steps must be >= 1")
     if args.what == "policy":
         return _main_policy(p, args, argv)
+    if args.what == "train":
+        return _main_train(args, argv)
 
     keys = ["envs", "agents", "partners", "road_obs", "road_points", "dynamics", "trials"]
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
@@ -310,6 +321,37 @@ def _main_policy(p, args, argv) -> int:
     print()
     print(policy_table(records))
     _write(args.json, "policy", records, argv)
+    return 0
+
+
+def _main_train(args, argv) -> int:
+    from jaxdrive.bench_train import bench_train, train_table
+    from jaxdrive.train.config import load_run_config
+
+    path = args.config or os.path.join(os.path.dirname(__file__), "..", "configs",
+                                       "quickstart.yaml")
+    if not os.path.isfile(path):
+        path = None  # installed without the repository's configs/: built-in defaults
+    records = []
+    for kind in args.policy:
+        try:
+            overrides = parse_overrides(args.overrides + [f"policy.kind={kind}"])
+            config = load_run_config(path, overrides)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"jaxdrive bench train: {kind}, backend {jax.default_backend()}, "
+              f"{config.train.num_envs} envs x {config.env.scenario.max_agents} slots x "
+              f"{config.train.rollout_steps} steps per iteration, median of {args.repeats}",
+              flush=True)
+        rec = bench_train(config, args.repeats)
+        rec["config"] = path
+        records.append(rec)
+        print(f"  {kind}: compile {rec['compile_s']:.1f} s, {rec['steps_per_s']:,.0f} "
+              f"agent-steps/s", flush=True)
+    print()
+    print(train_table(records))
+    _write(args.json, "train", records, argv)
     return 0
 
 

@@ -429,7 +429,7 @@ class Env:
             [EntityKind.CONTROLLED, EntityKind.STATIC, EntityKind.EXPERT],
             EntityKind.INVALID,
         ).astype(jnp.int32)
-        role = jnp.full((a,), Role.EGO, jnp.int32)
+        role = jnp.full((a,), int(Role.EGO), jnp.int32)  # int(): an IntEnum fill is weakly typed
         if cfg.co_player_fraction > 0:
             # One controlled agent (the SDC if controlled, else the first) stays ego.
             anchor_sdc = controlled & is_sdc

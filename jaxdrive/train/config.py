@@ -1,0 +1,212 @@
+"""Configuration of a training run: one YAML file, one section per concern.
+
+    env:         EnvConfig keys (jaxdrive.env)
+    procedural:  ProceduralConfig keys (the training and validation scenes)
+    policy:      PolicyConfig keys (jaxdrive.models.policy)
+    train:       TrainConfig (PPO and run length)
+    validation:  ValidationConfig (periodic held-out rollouts)
+    checkpoint:  CheckpointConfig
+    logging:     LoggingConfig (console, metrics.jsonl, wandb)
+
+Files may ``inherits:`` other files (``jaxdrive.config.load_yaml``); ``--set a.b=c``
+overrides any key. Unknown keys are errors that name the key and the allowed ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxdrive.config import (
+    ConfigBase,
+    ConfigError,
+    check_choice,
+    check_int,
+    check_range,
+    load_yaml,
+    merge,
+)
+from jaxdrive.env import EnvConfig
+from jaxdrive.models.policy import PolicyConfig
+from jaxdrive.scenarios.procedural import ProceduralConfig
+
+LR_SCHEDULES = ("constant", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(ConfigBase):
+    """PPO and the length of the run.
+
+    Attributes:
+      seed: seeds the training scenes, the initial parameters and every sample.
+      total_steps: agent-steps to train for (env steps x agent slots); the run stops at
+        the first iteration boundary at or past it.
+      num_scenes: procedural scenes in the training pool.
+      num_envs: B, parallel environments (each with ``scenario.max_agents`` slots).
+      rollout_steps: T, steps per environment per iteration (the PPO segment length).
+      epochs: PPO passes over each rollout.
+      minibatches: per epoch; agent rows (B x A) are split into this many groups of
+        whole (T,) sequences, so B x A must be divisible by it.
+      learning_rate: Adam step size; ``lr_schedule`` ``linear`` decays it to 0.
+      max_grad_norm: global gradient-norm clip.
+      adam_eps: Adam epsilon.
+      gamma, gae_lambda: discount and GAE lambda.
+      clip_eps: PPO ratio clip.
+      value_clip_eps: clip of the value update around the rollout value (null = off).
+      value_coef, entropy_coef: loss weights.
+      ema_alpha: weight of the old value in the per-agent EMA of episode metrics.
+      co_players: run directories (or checkpoints directories) of frozen partner
+        policies for co-player agents (``env.co_player_fraction``), one chosen per env
+        and episode; empty = co-players act with the learner's current parameters
+        (their steps are still never trained on).
+    """
+
+    seed: int = 0
+    total_steps: int = 10_000_000
+    num_scenes: int = 256
+    num_envs: int = 64
+    rollout_steps: int = 32
+    epochs: int = 4
+    minibatches: int = 4
+    learning_rate: float = 3e-4
+    lr_schedule: str = "constant"
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    value_clip_eps: float | None = None
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    ema_alpha: float = 0.9
+    co_players: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_int("total_steps", self.total_steps, 1, None)
+        check_int("num_scenes", self.num_scenes, 1, 10_000_000)
+        check_int("num_envs", self.num_envs, 1, 10_000_000)
+        check_int("rollout_steps", self.rollout_steps, 1, 100_000)
+        check_int("epochs", self.epochs, 1, 1000)
+        check_int("minibatches", self.minibatches, 1, 1_000_000)
+        check_range("learning_rate", self.learning_rate, 0.0, 1.0, lo_open=True)
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_range("max_grad_norm", self.max_grad_norm, 0.0, None, lo_open=True)
+        check_range("adam_eps", self.adam_eps, 0.0, 1.0, lo_open=True)
+        check_range("gamma", self.gamma, 0.0, 1.0)
+        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_range("clip_eps", self.clip_eps, 0.0, 10.0, lo_open=True)
+        if self.value_clip_eps is not None:
+            check_range("value_clip_eps", self.value_clip_eps, 0.0, None, lo_open=True)
+        check_range("value_coef", self.value_coef, 0.0, 1e6)
+        check_range("entropy_coef", self.entropy_coef, 0.0, 1e6)
+        check_range("ema_alpha", self.ema_alpha, 0.0, 1.0)
+        if self.ema_alpha >= 1.0:
+            raise ConfigError("config key 'ema_alpha' must be < 1 (1 would never update).")
+        if not all(isinstance(p, str) and p for p in self.co_players):
+            raise ConfigError("config key 'co_players' must be a list of run directories, "
+                              f"got {self.co_players!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationConfig(ConfigBase):
+    """Periodic deterministic rollouts (mode actions) on held-out procedural scenes.
+
+    Attributes:
+      every: validate every this many iterations (0 = never; the run's end always
+        validates unless 0).
+      num_scenes: held-out scenes, each played once from its start for one episode.
+      seed: seed of the held-out scenes (must differ from ``train.seed``).
+    """
+
+    every: int = 50
+    num_scenes: int = 64
+    seed: int = 1_000_003
+
+    def __post_init__(self):
+        check_int("every", self.every, 0, None)
+        check_int("num_scenes", self.num_scenes, 1, 1_000_000)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig(ConfigBase):
+    """Attributes:
+      every: save every this many iterations (0 = only at the end and on Ctrl-C).
+      keep_last: checkpoints kept besides the best (by ``val/goal_rate``).
+    """
+
+    every: int = 100
+    keep_last: int = 3
+
+    def __post_init__(self):
+        check_int("every", self.every, 0, None)
+        check_int("keep_last", self.keep_last, 1, 1000)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig(ConfigBase):
+    """Attributes:
+      every: write metrics every this many iterations.
+      output_dir: parent of the timestamped run directories.
+      run_name: prefix of the run directory name (default: the config file's name).
+      wandb: ``off``, ``online``, ``offline`` or ``env`` (use ``WANDB_MODE``, default
+        online; falls back to off with a warning when wandb is missing or cannot start).
+      wandb_project, wandb_entity: wandb destination.
+    """
+
+    every: int = 1
+    output_dir: str = "runs"
+    run_name: str | None = None
+    wandb: str = "off"
+    wandb_project: str = "jaxdrive"
+    wandb_entity: str | None = None
+
+    def __post_init__(self):
+        check_int("every", self.every, 1, None)
+        check_choice("wandb", self.wandb, ("off", "online", "offline", "env"))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig(ConfigBase):
+    """A whole training run (see the module doc for the sections)."""
+
+    env: EnvConfig = EnvConfig()
+    procedural: ProceduralConfig = ProceduralConfig()
+    policy: PolicyConfig = PolicyConfig()
+    train: TrainConfig = TrainConfig()
+    validation: ValidationConfig = ValidationConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    def __post_init__(self):
+        slots = self.train.num_envs * self.env.scenario.max_agents
+        if slots % self.train.minibatches:
+            raise ConfigError(
+                f"config key 'train.minibatches' = {self.train.minibatches} must divide the "
+                f"agent rows train.num_envs x env.scenario.max_agents = {slots}; pick a "
+                "divisor or change num_envs.")
+        if self.validation.every and self.validation.seed == self.train.seed:
+            raise ConfigError(
+                "config key 'validation.seed' equals 'train.seed': the validation scenes "
+                "would be the training scenes; pick another validation.seed.")
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Agent-steps per training iteration (B x A x T)."""
+        t = self.train
+        return t.num_envs * self.env.scenario.max_agents * t.rollout_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return -(-self.train.total_steps // self.steps_per_iteration)
+
+
+def load_run_config(path: str | None, overrides: dict | None = None) -> RunConfig:
+    """The YAML file (``inherits:`` resolved) with ``overrides`` merged on top, checked."""
+    data = load_yaml(path) if path else {}
+    data = merge(data, overrides or {})
+    where = f" (in {path})" if path else ""
+    try:
+        return RunConfig.from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"{e}{where}") from None

@@ -1,0 +1,342 @@
+"""One PPO iteration as one pure function: rollout, GAE, epochs of minibatch updates.
+
+``PPO.train_step(state, env_params) -> (state, metrics)`` runs, inside one jit:
+
+1. a ``lax.scan`` of T steps of the B environments and the policy over the N = B x A
+   agent rows (co-players act from frozen policies), recording each row's transition;
+2. GAE over the (T, N) rollout with bootstrapping stopped at terminated, truncated and
+   not-valid next steps (``jaxdrive.train.gae``);
+3. ``epochs`` passes of shuffled minibatches of whole agent rows: the policy's
+   ``sequence`` path reruns each row's (T,) segment from the cache the row had at the
+   segment start, so the transformer sees the same context as in the rollout.
+
+A step is *valid* (trained on) when the agent acts on it, is controlled by the learner
+(ego role) and is not removed; everything else is masked in every loss term and
+statistic (``jaxdrive.train.losses``). Episode metrics are per-agent EMAs
+(``jaxdrive.telemetry.ema``) over ego agent-episodes; per-trial scores are per-env EMAs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
+from jaxdrive.models.kv_cache import KVCache
+from jaxdrive.models.policy import Policy, policy_inputs
+from jaxdrive.telemetry import ema
+from jaxdrive.train.config import RunConfig
+from jaxdrive.train.gae import bootstrap_stop, gae
+from jaxdrive.train.losses import LossStats, masked_mean, normalize_advantages, ppo_loss
+from jaxdrive.types import Observation
+
+EPISODE_METRICS = ("goal_rate", "collision_rate", "offroad_rate", "episode_return",
+                   "episode_length")
+
+
+@struct.dataclass
+class TrainState:
+    """Everything that changes during training (a checkpoint is exactly this).
+
+    Attributes:
+      params, opt_state: learner parameters and optax state.
+      env_state: ``EnvState`` (B,); timestep: ``TimeStep`` (B,) of the next step.
+      cache: learner ``KVCache`` (N = B x A rows).
+      co_caches: tuple of ``KVCache`` (N,), one per frozen co-player policy.
+      co_member: (B,) int32, which frozen policy drives each env's co-players.
+      episode_ema: ``EmaState`` over the N agent slots (``EPISODE_METRICS``).
+      trial_ema: ``EmaState`` over the B env slots (``trial_{k}_score``), or None.
+      key: PRNG key.
+      iteration: () int32, training iterations done.
+    """
+
+    params: Any
+    opt_state: Any
+    env_state: EnvState
+    timestep: TimeStep
+    cache: KVCache
+    co_caches: tuple
+    co_member: jax.Array
+    episode_ema: ema.EmaState
+    trial_ema: ema.EmaState | None
+    key: jax.Array
+    iteration: jax.Array
+
+
+@struct.dataclass
+class Rollout:
+    """(T, N, ...) record of one rollout (N = agent rows).
+
+    Attributes:
+      obs: ``Observation``; first, removed: bool, as fed to ``Policy.step``.
+      action: int32 (T, N) or float32 (T, N, D); logp, value: float32 of the rollout.
+      reward, terminated, truncated: emitted by the step taken from ``obs``.
+      valid: bool, the step is trained on (acting ego agent).
+    """
+
+    obs: Observation
+    first: jax.Array
+    removed: jax.Array
+    action: jax.Array
+    logp: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    valid: jax.Array
+
+
+def _rows(x: jax.Array) -> jax.Array:
+    """(B, A, ...) -> (B*A, ...)."""
+    return x.reshape((-1,) + x.shape[2:])
+
+
+def _take_cache_rows(cache: KVCache, idx: jax.Array) -> KVCache:
+    return KVCache(k=cache.k[:, idx], v=cache.v[:, idx], pos=cache.pos[idx],
+                   garbage=cache.garbage[idx], next_pos=cache.next_pos[idx])
+
+
+class PPO:
+    """The training step of one run configuration (static: env, policies, optimiser).
+
+    Args:
+      config: ``RunConfig``.
+      env: the training ``Env``.
+      policy: the learner ``Policy`` (built for ``env``).
+      co_players: sequence of ``(Policy, params)`` frozen partners (may be empty).
+    """
+
+    def __init__(self, config: RunConfig, env: Env, policy: Policy, co_players=()):
+        self.config = config
+        self.env = env
+        self.policy = policy
+        self.co_players = tuple(co_players)
+        t = config.train
+        self.num_envs = t.num_envs
+        self.num_agents = env.config.scenario.max_agents
+        self.num_rows = self.num_envs * self.num_agents
+        self.updates_per_iteration = t.epochs * t.minibatches
+        total_updates = config.num_iterations * self.updates_per_iteration
+        if t.lr_schedule == "linear":
+            self.schedule = optax.linear_schedule(t.learning_rate, 0.0, total_updates)
+        else:
+            self.schedule = optax.constant_schedule(t.learning_rate)
+        self.tx = optax.chain(optax.clip_by_global_norm(t.max_grad_norm),
+                              optax.adam(self.schedule, eps=t.adam_eps))
+        self.trial_mode = env.config.goal_behavior == "trial"
+        self.uses_co_players = env.config.co_player_fraction > 0
+
+    # ------------------------------------------------------------------ init
+    def init(self, key: jax.Array, env_params: EnvParams) -> TrainState:
+        """Fresh parameters, optimiser, environments and statistics."""
+        k_reset, k_params, k_member, k_run = jax.random.split(key, 4)
+        env_state, ts = jax.jit(self.env.reset_batch, static_argnums=2)(
+            env_params, k_reset, self.num_envs)
+        obs = jax.tree.map(_rows, ts.obs)
+        params = self.policy.init(k_params, obs)
+        n = self.num_rows
+        trial_ema = None
+        if self.trial_mode:
+            trial_ema = ema.init(self._trial_names(), self.num_envs)
+        return TrainState(
+            params=params,
+            opt_state=jax.jit(self.tx.init)(params),
+            env_state=env_state,
+            timestep=ts,
+            cache=self.policy.init_cache(n),
+            co_caches=tuple(p.init_cache(n) for p, _ in self.co_players),
+            co_member=self._draw_members(k_member),
+            episode_ema=ema.init(EPISODE_METRICS, n),
+            trial_ema=trial_ema,
+            key=k_run,
+            iteration=jnp.zeros((), jnp.int32),
+        )
+
+    def _trial_names(self) -> tuple[str, ...]:
+        return tuple(f"trial_{k}_score" for k in range(self.env.config.num_trials))
+
+    def _draw_members(self, key: jax.Array) -> jax.Array:
+        return jax.random.randint(key, (self.num_envs,), 0, max(1, len(self.co_players)),
+                                  dtype=jnp.int32)
+
+    # ------------------------------------------------------------------ rollout
+    def _act(self, params, cache, co_caches, co_member, ts: TimeStep, key):
+        """Actions of every agent row: the learner's, and frozen partners' for co-players."""
+        obs = jax.tree.map(_rows, ts.obs)
+        first, removed = (_rows(x) for x in policy_inputs(ts))
+        out, cache = self.policy.step(params, cache, obs, first, removed)
+        k_learner, k_co = jax.random.split(key)
+        dist = self.policy.distribution(out)
+        action = dist.sample(k_learner)
+        logp = dist.log_prob(action)
+        if self.co_players and self.uses_co_players:
+            member = jnp.repeat(co_member, self.num_agents)
+            co_action = action
+            new_caches = []
+            for m, ((pol, pp), c) in enumerate(zip(self.co_players, co_caches, strict=True)):
+                o, c = pol.step(pp, c, obs, first, removed)
+                a = pol.distribution(o).sample(jax.random.fold_in(k_co, m))
+                pick = (member == m).reshape((-1,) + (1,) * (a.ndim - 1))
+                co_action = jnp.where(pick, a, co_action)
+                new_caches.append(c)
+            co_caches = tuple(new_caches)
+            is_co = _rows(ts.co_player).reshape((-1,) + (1,) * (action.ndim - 1))
+            action = jnp.where(is_co, co_action, action)
+        return obs, first, removed, out, action, logp, cache, co_caches
+
+    def _rollout(self, state: TrainState, env_params: EnvParams):
+        params = state.params
+        b, a = self.num_envs, self.num_agents
+
+        def body(carry, key):
+            env_state, ts, cache, co_caches, co_member, ep_ema, tr_ema = carry
+            k_act, k_member = jax.random.split(key)
+            obs, first, removed, out, action, logp, cache, co_caches = self._act(
+                params, cache, co_caches, co_member, ts, k_act)
+            env_action = action.reshape((b, a) + action.shape[1:])
+            env_state, nts = self.env.step_batch(env_params, env_state, env_action)
+            record = Rollout(
+                obs=obs, first=first, removed=removed, action=action, logp=logp,
+                value=out.value, reward=_rows(nts.reward), terminated=_rows(nts.terminated),
+                truncated=_rows(nts.truncated), valid=_rows(ts.active & ts.ego),
+            )
+            ep_ema, tr_ema, completed = self._update_stats(ep_ema, tr_ema, nts)
+            redraw = self._draw_members(k_member)
+            co_member = jnp.where(nts.episode_done, redraw, co_member)
+            carry = (env_state, nts, cache, co_caches, co_member, ep_ema, tr_ema)
+            return carry, (record, completed)
+
+        key, k_roll = jax.random.split(state.key)
+        carry = (state.env_state, state.timestep, state.cache, state.co_caches,
+                 state.co_member, state.episode_ema, state.trial_ema)
+        carry, (traj, completed) = jax.lax.scan(
+            body, carry, jax.random.split(k_roll, self.config.train.rollout_steps))
+        env_state, ts, cache, co_caches, co_member, ep_ema, tr_ema = carry
+        state = state.replace(env_state=env_state, timestep=ts, cache=cache,
+                              co_caches=co_caches, co_member=co_member, episode_ema=ep_ema,
+                              trial_ema=tr_ema, key=key)
+        return state, traj, jnp.sum(completed)
+
+    def _update_stats(self, ep_ema, tr_ema, ts: TimeStep):
+        alpha = self.config.train.ema_alpha
+        completed = _rows(ts.episode_done[:, None] & ts.episode_ego)
+        e = ts.episode
+        episode = {
+            "goal_rate": _rows(e.goal_reached), "collision_rate": _rows(e.collided),
+            "offroad_rate": _rows(e.offroad), "episode_return": _rows(e.return_),
+            "episode_length": _rows(e.length),
+        }
+        ep_ema = ema.update(ep_ema, completed, episode, alpha)
+        if tr_ema is not None:
+            tr = ts.trials
+            scored = ts.episode_done & (tr.num_ego > 0)
+            score = tr.ego_reached / jnp.maximum(tr.num_ego, 1)[:, None]
+            tr_ema = ema.update(tr_ema, scored,
+                                {f"trial_{k}_score": score[:, k]
+                                 for k in range(score.shape[1])}, alpha)
+        return ep_ema, tr_ema, jnp.sum(completed.astype(jnp.int32))
+
+    # ------------------------------------------------------------------ update
+    def _loss(self, params, cache: KVCache, mb: dict):
+        pol = self.policy
+        out = pol.sequence(params, cache, mb["obs"], mb["first"], mb["removed"])
+        dist = pol.distribution(out)
+        valid = mb["valid"]
+        # A neutral action where the step is masked keeps log_prob (and its gradient)
+        # finite there, so masking can never turn into 0 * inf.
+        if pol.discrete:
+            action = jnp.where(valid, mb["action"], 0)
+        else:
+            mid = 0.5 * (pol.action_low + pol.action_high)
+            action = jnp.where(valid[..., None], mb["action"], mid)
+        adv = normalize_advantages(mb["advantages"], valid)
+        t = self.config.train
+        return ppo_loss(
+            dist.log_prob(action), mb["logp"], adv, out.value, mb["value"], mb["returns"],
+            dist.entropy(), valid, clip_eps=t.clip_eps, value_clip_eps=t.value_clip_eps,
+            value_coef=t.value_coef, entropy_coef=t.entropy_coef)
+
+    def _update(self, params, opt_state, cache0: KVCache, batch: dict, key):
+        t = self.config.train
+        n, m = self.num_rows, t.minibatches
+        grad_fn = jax.grad(self._loss, has_aux=True)
+
+        def minibatch(carry, idx):
+            params, opt_state = carry
+            mb = jax.tree.map(lambda x: x[idx], batch)
+            grads, stats = grad_fn(params, _take_cache_rows(cache0, idx), mb)
+            updates, opt_state = self.tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), stats
+
+        def epoch(carry, k):
+            rows = jax.random.permutation(k, n).reshape(m, n // m)
+            return jax.lax.scan(minibatch, carry, rows)
+
+        (params, opt_state), stats = jax.lax.scan(
+            epoch, (params, opt_state), jax.random.split(key, t.epochs))
+        return params, opt_state, stats
+
+    def train_step(self, state: TrainState, env_params: EnvParams):
+        """One iteration. Returns (new state, metrics: dict of () arrays)."""
+        t = self.config.train
+        cache0 = state.cache
+        state, traj, completed = self._rollout(state, env_params)
+        ts = state.timestep
+        obs = jax.tree.map(_rows, ts.obs)
+        first, removed = (_rows(x) for x in policy_inputs(ts))
+        boot, _ = self.policy.step(state.params, state.cache, obs, first, removed)
+        next_valid = _rows(ts.active & ts.ego)
+        stop = bootstrap_stop(traj.terminated, traj.truncated, traj.valid, next_valid)
+        advantages, returns = gae(traj.reward, traj.value, boot.value, stop, t.gamma,
+                                  t.gae_lambda)
+        to_rows = lambda x: jnp.swapaxes(x, 0, 1)  # (T, N, ...) -> (N, T, ...)
+        batch = {
+            "obs": jax.tree.map(to_rows, traj.obs), "first": to_rows(traj.first),
+            "removed": to_rows(traj.removed), "action": to_rows(traj.action),
+            "logp": to_rows(traj.logp), "value": to_rows(traj.value),
+            "advantages": to_rows(advantages), "returns": to_rows(returns),
+            "valid": to_rows(traj.valid),
+        }
+        key, k_update = jax.random.split(state.key)
+        lr = self.schedule(state.iteration * self.updates_per_iteration)
+        params, opt_state, stats = self._update(state.params, state.opt_state, cache0, batch,
+                                                k_update)
+        state = state.replace(params=params, opt_state=opt_state, key=key,
+                              iteration=state.iteration + 1)
+        return state, self._metrics(state, traj, advantages, returns, stats, completed, lr)
+
+    def _metrics(self, state, traj: Rollout, advantages, returns, stats: LossStats,
+                 completed, lr) -> dict:
+        valid = traj.valid
+        var_ret = masked_mean(jnp.square(returns - masked_mean(returns, valid)), valid)
+        resid = returns - traj.value
+        var_res = masked_mean(jnp.square(resid - masked_mean(resid, valid)), valid)
+        out = {
+            "loss/total": stats.total.mean(), "loss/policy": stats.policy.mean(),
+            "loss/value": stats.value.mean(), "loss/entropy": stats.entropy.mean(),
+            "loss/approx_kl": stats.approx_kl.mean(),
+            "loss/clip_fraction": stats.clip_fraction.mean(),
+            "loss/explained_variance": 1.0 - var_res / jnp.maximum(var_ret, 1e-8),
+            "loss/learning_rate": jnp.asarray(lr, jnp.float32),
+            "rollout/valid_steps": jnp.sum(valid.astype(jnp.float32)),
+            "rollout/reward_mean": masked_mean(traj.reward, valid),
+            "rollout/advantage_mean": masked_mean(advantages, valid),
+            "rollout/agent_episodes": completed.astype(jnp.float32),
+        }
+        emitted = ema.emit(state.episode_ema)
+        for name in EPISODE_METRICS:
+            out[f"train/{name}"] = emitted[name]
+        out["train/agents_with_episodes"] = emitted["slots_with_data"]
+        if state.trial_ema is not None:
+            trials = ema.emit(state.trial_ema)
+            k_trials = self.env.config.num_trials
+            for k in range(k_trials):
+                out[f"train/trial_{k}_score"] = trials[f"trial_{k}_score"]
+            for k in range(1, k_trials):
+                out[f"train/ada_delta_trial_{k}_minus_0"] = (
+                    trials[f"trial_{k}_score"] - trials["trial_0_score"])
+        return out

@@ -1,0 +1,298 @@
+"""The training run: build everything from a ``RunConfig``, loop, log, checkpoint.
+
+The host loop only dispatches the jitted ``PPO.train_step``, fetches its metrics (one
+``device_get`` per iteration), and does I/O: the console progress bar, ``metrics.jsonl``,
+wandb, validation every ``validation.every`` iterations and orbax checkpoints. Ctrl-C
+finishes the running iteration, saves a checkpoint and exits cleanly (a second Ctrl-C
+aborts at once). ``--resume RUN_DIR`` restores the last checkpoint and continues with
+exactly the numbers an uninterrupted run would produce (CPU).
+
+Run directory layout::
+
+    RUN_DIR/config.yaml      the resolved config (every key, defaults included)
+    RUN_DIR/metrics.jsonl    one JSON object per logged iteration
+    RUN_DIR/checkpoints/     last/<iteration>/ and best/<iteration>/ (orbax)
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import yaml
+
+from jaxdrive.env import Env, EnvParams
+from jaxdrive.models.policy import Policy, param_count
+from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.scenarios.procedural import generate_batch
+from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
+from jaxdrive.train.config import RunConfig
+from jaxdrive.train.ppo import PPO
+from jaxdrive.train.validation import make_validator, validation_metrics
+
+BEST_METRIC = "val/goal_rate"
+CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
+                "val/goal_rate", "val/collision_rate", "val/offroad_rate")
+
+
+def build_env(config: RunConfig, seed: int, num_scenes: int) -> tuple[Env, EnvParams]:
+    """The env and a pool of ``num_scenes`` procedural scenes drawn with ``seed``."""
+    scenes = generate_batch(jax.random.key(seed), num_scenes, config.procedural,
+                            config.env.scenario)
+    env = Env(config.env)
+    return env, env.make_params(make_pool(scenes, config.env.road_index))
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    with open(path, "w") as f:
+        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+
+
+def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunConfig:
+    """The resolved ``config.yaml`` of a run directory (with ``overrides`` on top)."""
+    from jaxdrive.config import merge
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: '{run_dir}' is not a jaxdrive run "
+                                "directory (it should hold config.yaml and checkpoints/).")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    return RunConfig.from_dict(merge(data, overrides or {}))
+
+
+@dataclass
+class LoadedPolicy:
+    """A trained policy rebuilt from a run directory."""
+
+    policy: Policy
+    params: object
+    config: RunConfig
+    step: int
+    run_dir: Path
+
+
+def load_policy(run_dir: str | Path, which: str = "best") -> LoadedPolicy:
+    """Rebuild the policy of a run from its saved config and a checkpoint.
+
+    Args:
+      run_dir: a run directory (or its ``checkpoints/``).
+      which: ``best`` (by validation goal rate; falls back to ``last`` when the run has
+        no best checkpoint) or ``last``.
+    """
+    from jaxdrive.train.checkpoint import Checkpointer, find_checkpoints
+
+    ckpt_dir = find_checkpoints(run_dir)
+    config = read_run_config(ckpt_dir.parent)
+    policy = Policy.for_env(config.policy, Env(config.env))
+    ckpt = Checkpointer(ckpt_dir)
+    try:
+        if which == "best" and ckpt.latest_step("best") is None:
+            which = "last"
+        raw, meta = ckpt.restore_raw(which=which)
+    finally:
+        ckpt.close()
+    return LoadedPolicy(policy=policy, params=raw["params"], config=config,
+                        step=int(meta.get("step", 0)), run_dir=ckpt_dir.parent)
+
+
+def new_run_dir(config: RunConfig, name: str) -> Path:
+    """``output_dir/NAME-YYYYmmdd-HHMMSS`` (a suffix keeps concurrent runs apart)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(config.logging.output_dir) / f"{config.logging.run_name or name}-{stamp}"
+    path, i = base, 1
+    while path.exists():
+        path, i = Path(f"{base}-{i}"), i + 1
+    path.mkdir(parents=True)
+    return path
+
+
+def _uncommitted(x):
+    """A restored array as a fresh, uncommitted one like the arrays a run starts from, so
+    the step compiles to the same program (and hits XLA's persistent cache)."""
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(_uncommitted(jax.random.key_data(x)),
+                                        impl=jax.random.key_impl(x))
+    return jnp.asarray(np.asarray(x))
+
+
+class _StopFlag:
+    """First Ctrl-C asks the loop to save and stop; a second one aborts."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        def handler(signum, frame):
+            if self.requested:
+                raise KeyboardInterrupt
+            self.requested = True
+            print("\nCtrl-C: finishing this iteration, saving a checkpoint "
+                  "(Ctrl-C again to abort)", flush=True)
+
+        try:
+            self._previous = signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread: no handler, plain KeyboardInterrupt
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _wandb_writer(config: RunConfig, run_dir: Path, resume_id: str | None):
+    mode = config.logging.wandb
+    if mode == "off":
+        return None
+    return WandbWriter(config.to_dict(), str(run_dir), project=config.logging.wandb_project,
+                       mode=None if mode == "env" else mode, name=run_dir.name,
+                       entity=config.logging.wandb_entity, resume_id=resume_id)
+
+
+def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False) -> dict:
+    """Train (or continue training) in ``run_dir``. Returns the last logged metrics.
+
+    ``run_dir`` must exist; a fresh run saves ``config.yaml`` there first.
+    """
+    # Imported here so that build_env (benchmarks) does not need orbax.
+    from jaxdrive.train.checkpoint import Checkpointer
+
+    log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    run_dir = Path(run_dir)
+    if not resume:
+        save_config(config, run_dir / "config.yaml")
+    t = config.train
+    t0 = time.perf_counter()
+    env, env_params = build_env(config, t.seed, t.num_scenes)
+    validate = None
+    if config.validation.every:
+        _, val_params = build_env(config, config.validation.seed, config.validation.num_scenes)
+    co_players = []
+    for path in t.co_players:
+        loaded = load_policy(path)
+        co_players.append((loaded.policy, loaded.params))
+    if env.config.co_player_fraction > 0 and not co_players:
+        log("note: env.co_player_fraction > 0 and no train.co_players: co-players act "
+            "with the learner's current parameters (never trained on).")
+    policy = Policy.for_env(config.policy, env)
+    ppo = PPO(config, env, policy, co_players)
+    state = ppo.init(jax.random.key(t.seed + 1), env_params)
+    if config.validation.every:
+        validate = jax.jit(make_validator(env, policy, config.validation.num_scenes))
+    ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
+                        best_metric=BEST_METRIC)
+    start_it, wandb_id = 0, None
+    if resume:
+        state, meta = ckpt.restore(state)
+        state = jax.tree.map(_uncommitted, state)
+        start_it, wandb_id = int(meta["iteration"]), meta.get("wandb_id")
+        log(f"resumed from iteration {start_it} ({start_it * config.steps_per_iteration:,} "
+            "agent-steps)")
+    per_it = config.steps_per_iteration
+    n_it = config.num_iterations
+    log(f"jaxdrive.train: {t.num_scenes} training scenes, {t.num_envs} envs x "
+        f"{ppo.num_agents} agent slots, policy {config.policy.kind} "
+        f"({param_count(state.params):,} params), {n_it} iterations of {per_it:,} "
+        f"agent-steps, backend {jax.default_backend()}; setup {time.perf_counter() - t0:.1f} s")
+    log(f"run directory: {run_dir}")
+
+    step_fn = jax.jit(ppo.train_step, donate_argnums=0)
+    wandb = _wandb_writer(config, run_dir, wandb_id)
+    console = None if quiet else ConsoleProgress(n_it * per_it, start_it * per_it,
+                                                 keys=CONSOLE_KEYS)
+    writers = Writers(JsonlWriter(run_dir / "metrics.jsonl", resume_step=start_it * per_it),
+                      console, wandb)
+    last: dict = {}
+    saved_it = start_it if resume else -1
+
+    def save(it: int, metrics: dict) -> None:
+        nonlocal saved_it
+        if it == saved_it:
+            return
+        meta = {"iteration": it, "step": it * per_it, "config": config.to_dict(),
+                "wandb_id": None if wandb is None else wandb.run_id}
+        if BEST_METRIC in metrics:
+            meta[BEST_METRIC] = metrics[BEST_METRIC]
+        ckpt.save(it, state, meta)
+        saved_it = it
+
+    def run_validation(metrics: dict) -> None:
+        tv = time.perf_counter()
+        stats = jax.device_get(validate(state.params, val_params))
+        metrics.update(validation_metrics(stats))
+        metrics["time/validation_s"] = time.perf_counter() - tv
+
+    it = start_it
+    window_steps, window_s, window_valid = 0, 0.0, 0.0
+    compile_s = None
+    try:
+        with _StopFlag() as stop:
+            while it < n_it and not stop.requested:
+                tic = time.perf_counter()
+                state, metrics = step_fn(state, env_params)
+                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                dt = time.perf_counter() - tic
+                it += 1
+                if compile_s is None:
+                    compile_s = dt
+                    metrics["time/compile_s"] = dt
+                else:
+                    window_steps += per_it
+                    window_s += dt
+                    window_valid += metrics["rollout/valid_steps"]
+                final = it == n_it or stop.requested
+                val_due = validate is not None and (it % config.validation.every == 0 or final)
+                log_due = it % config.logging.every == 0 or final or val_due
+                if val_due:
+                    run_validation(metrics)
+                if log_due:
+                    if window_s > 0:
+                        metrics["sps"] = window_steps / window_s
+                        metrics["sps_valid"] = window_valid / window_s
+                    metrics["iteration"] = it
+                    metrics["time/elapsed_s"] = time.perf_counter() - t0
+                    writers.write(it * per_it, metrics)
+                    window_steps, window_s, window_valid = 0, 0.0, 0.0
+                    last = dict(metrics, step=it * per_it)
+                ckpt_every = config.checkpoint.every
+                if final or (ckpt_every and it % ckpt_every == 0):
+                    save(it, metrics)
+            if stop.requested:
+                save(it, last)
+            if stop.requested and console is not None:
+                console.message(f"stopped at iteration {it}; checkpoint saved in "
+                                f"{run_dir / 'checkpoints'}; continue with --resume {run_dir}")
+    finally:
+        writers.close()
+        ckpt.close()
+    return last
+
+
+def summary_lines(metrics: dict, run_dir: Path) -> list[str]:
+    """What the CLI prints at the end of a run."""
+    lines = [f"finished: {metrics.get('step', 0):,} agent-steps, "
+             f"{metrics.get('time/elapsed_s', float('nan')):.0f} s"]
+    if "val/goal_rate" in metrics:
+        lines.append(
+            f"validation ({metrics['val/agent_episodes']} agent-episodes on held-out "
+            f"scenes): goal rate {metrics['val/goal_rate']:.3f}, collision rate "
+            f"{metrics['val/collision_rate']:.3f}, off-road rate "
+            f"{metrics['val/offroad_rate']:.3f}")
+    for k in sorted(metrics):
+        if k.startswith("val/trial_") or k.startswith("val/ada_delta"):
+            lines.append(f"  {k}: {metrics[k]:.3f}")
+    if "sps" in metrics and math.isfinite(metrics["sps"]):
+        lines.append(f"throughput: {metrics['sps']:,.0f} agent-steps/s "
+                     f"({metrics.get('sps_valid', float('nan')):,.0f} trained steps/s)")
+    lines.append(f"outputs: {run_dir}/config.yaml, metrics.jsonl, checkpoints/ "
+                 f"(load with jaxdrive.train.load_policy('{run_dir}'))")
+    return lines

@@ -1,0 +1,162 @@
+"""The training run end to end on tiny shapes: Ctrl-C, exact resume, load_policy,
+metrics.jsonl, the CLI's config errors. One tiny config, so the step compiles once per
+``train`` call."""
+
+import json
+import os
+import re
+import signal
+
+import jax
+import numpy as np
+import pytest
+import yaml
+
+from jaxdrive.bench_policy import random_observation
+from jaxdrive.env import Env
+from jaxdrive.train import cli, run
+from jaxdrive.train.config import RunConfig, load_run_config
+
+TINY = {
+    "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
+            "observation": {"num_partners": 3, "num_road": 20},
+            "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 12},
+    "procedural": {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 0.0,
+                                                      "t_junction": 0.0, "intersection": 0.0}},
+    "policy": {"kind": "mlp", "model_dim": 16, "token_dim": 8},
+    "train": {"seed": 3, "num_scenes": 2, "num_envs": 2, "rollout_steps": 5, "epochs": 2,
+              "minibatches": 2, "total_steps": 3 * 2 * 4 * 5},
+    "validation": {"every": 2, "num_scenes": 2},
+    "checkpoint": {"every": 1, "keep_last": 2},
+    "logging": {"every": 1},
+}
+STEPS_PER_IT = 2 * 4 * 5
+
+
+def _config(tmp_path, **train):
+    data = json.loads(json.dumps(TINY))
+    data["train"].update(train)
+    data["logging"]["output_dir"] = str(tmp_path)
+    return RunConfig.from_dict(data)
+
+
+def _lines(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def _without_timing(rows):
+    drop = ("sps", "sps_valid", "time/")
+    return [{k: v for k, v in r.items() if not k.startswith(drop)} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("full")
+    config = _config(tmp)
+    run_dir = run.new_run_dir(config, "tiny")
+    last = run.train(config, run_dir, quiet=True)
+    return run_dir, last
+
+
+def test_run_directory_holds_resolved_config_metrics_and_checkpoints(uninterrupted):
+    run_dir, last = uninterrupted
+    saved = yaml.safe_load(open(run_dir / "config.yaml"))
+    assert saved["train"]["rollout_steps"] == 5
+    assert saved["train"]["gamma"] == 0.99  # defaults spelled out
+    assert RunConfig.from_dict(saved) == _config(run_dir.parent)
+    rows = _lines(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [STEPS_PER_IT, 2 * STEPS_PER_IT, 3 * STEPS_PER_IT]
+    # validation every 2 iterations and at the end
+    assert ["val/goal_rate" in r for r in rows] == [False, True, True]
+    for r in rows[1:]:
+        assert r["sps"] > 0
+        for k in ("val/goal_rate", "val/collision_rate", "val/offroad_rate"):
+            assert 0.0 <= r[k] <= 1.0
+    for k in ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl",
+              "loss/clip_fraction", "loss/explained_variance", "loss/learning_rate"):
+        assert k in rows[-1]
+    assert last["step"] == 3 * STEPS_PER_IT
+    steps = sorted(int(p.name) for p in (run_dir / "checkpoints" / "last").iterdir()
+                   if p.name.isdigit())
+    assert steps == [2, 3]  # keep_last 2
+    assert any((run_dir / "checkpoints" / "best").iterdir())
+
+
+def test_ctrl_c_saves_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch,
+                                                                   uninterrupted):
+    full_dir, _ = uninterrupted
+    config = _config(tmp_path)
+    run_dir = run.new_run_dir(config, "tiny")
+    original = run.JsonlWriter.write
+
+    def write_then_interrupt(self, step, metrics):
+        original(self, step, metrics)
+        os.kill(os.getpid(), signal.SIGINT)  # as if the user pressed Ctrl-C now
+
+    monkeypatch.setattr(run.JsonlWriter, "write", write_then_interrupt)
+    run.train(config, run_dir, quiet=True)
+    monkeypatch.setattr(run.JsonlWriter, "write", original)
+    assert [r["step"] for r in _lines(run_dir / "metrics.jsonl")] == [STEPS_PER_IT]
+    assert (run_dir / "checkpoints" / "last" / "1").is_dir()
+
+    assert cli.main(["--resume", str(run_dir)]) == 0
+    assert (_without_timing(_lines(run_dir / "metrics.jsonl"))
+            == _without_timing(_lines(full_dir / "metrics.jsonl")))
+    a = run.load_policy(run_dir, which="last")
+    b = run.load_policy(full_dir, which="last")
+    assert a.step == b.step == 3 * STEPS_PER_IT
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_load_policy_rebuilds_a_working_policy_from_the_run_directory(uninterrupted):
+    run_dir, _ = uninterrupted
+    loaded = run.load_policy(run_dir)
+    assert loaded.config.policy.kind == "mlp" and loaded.policy.discrete
+    obs_cfg = loaded.config.env.observation
+    n = 6
+    obs = random_observation(jax.random.key(0), (n,), obs_cfg.num_partners, obs_cfg.num_road)
+    out, _ = jax.jit(loaded.policy.step)(loaded.params, loaded.policy.init_cache(n), obs,
+                                         np.ones(n, bool), np.zeros(n, bool))
+    assert out.dist.shape == (n, Env(loaded.config.env).num_actions)
+    assert np.all(np.isfinite(np.asarray(out.value)))
+    with pytest.raises(FileNotFoundError, match="checkpoints"):
+        run.load_policy(run_dir / "nowhere")
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("train.learnin_rate=0.1", "learnin_rate.*Did you mean 'learning_rate'"),
+    ("train.lr_schedule=cosine", "lr_schedule.*constant, linear"),
+    ("train.minibatches=3", "minibatches.*divide"),
+    ("trian.seed=1", "unknown config key 'trian'"),
+    ("validation.seed=3", "validation.seed"),
+])
+def test_bad_config_values_are_errors_naming_the_key(tmp_path, capsys, setting, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    assert cli.main(["--config", str(path), "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:")
+    assert re.search(message, err), err
+    assert not (tmp_path / "runs").exists()  # no run directory for a bad config
+
+
+def test_cli_argument_errors(tmp_path, capsys):
+    assert cli.main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+    assert cli.main(["--resume", str(tmp_path)]) == 2
+    assert "config.yaml" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main([])
+
+
+def test_shipped_training_presets_validate():
+    root = os.path.join(os.path.dirname(__file__), "..", "configs")
+    quick = load_run_config(os.path.join(root, "quickstart.yaml"))
+    assert quick.policy.kind == "mlp" and quick.validation.every > 0
+    for name in ("selfplay_gpu.yaml", "adaptive.yaml"):
+        load_run_config(os.path.join(root, name))
+    adaptive = load_run_config(os.path.join(root, "adaptive.yaml"))
+    assert adaptive.env.goal_behavior == "trial" and 2 <= adaptive.env.num_trials <= 4
+    assert adaptive.policy.kind == "transformer"
