@@ -281,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write(path: str, what: str, records: list[dict], argv) -> None:
-    out = {
+def _write(path: str, what: str, records: list[dict], argv, top_level: bool = False) -> None:
+    """JSON with the machine, the command and the records (``top_level``: a single
+    record's fields are repeated at the top level too)."""
+    out = {**(records[0] if top_level and len(records) == 1 else {}),
         "benchmark": what,
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
                     "cpu_count": os.cpu_count(), "backend": jax.default_backend(),
@@ -351,7 +353,7 @@ def _main_train(args, argv) -> int:
               f"agent-steps/s", flush=True)
     print()
     print(train_table(records))
-    _write(args.json, "train", records, argv)
+    _write(args.json, "train", records, argv, top_level=True)
     return 0
 
 

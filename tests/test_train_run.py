@@ -69,8 +69,8 @@ def test_run_directory_holds_resolved_config_metrics_and_checkpoints(uninterrupt
     assert [r["step"] for r in rows] == [STEPS_PER_IT, 2 * STEPS_PER_IT, 3 * STEPS_PER_IT]
     # validation every 2 iterations and at the end
     assert ["val/goal_rate" in r for r in rows] == [False, True, True]
+    assert all(r["sps"] > 0 for r in rows)
     for r in rows[1:]:
-        assert r["sps"] > 0
         for k in ("val/goal_rate", "val/collision_rate", "val/offroad_rate"):
             assert 0.0 <= r[k] <= 1.0
     for k in ("loss/policy", "loss/value", "loss/entropy", "loss/approx_kl",
@@ -100,7 +100,9 @@ def test_ctrl_c_saves_and_resume_reproduces_the_uninterrupted_run(tmp_path, monk
     assert [r["step"] for r in _lines(run_dir / "metrics.jsonl")] == [STEPS_PER_IT]
     assert (run_dir / "checkpoints" / "last" / "1").is_dir()
 
-    assert cli.main(["--resume", str(run_dir)]) == 0
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(TINY))
+    assert cli.main(["--config", str(config_file), "--resume", str(run_dir)]) == 0
     assert (_without_timing(_lines(run_dir / "metrics.jsonl"))
             == _without_timing(_lines(full_dir / "metrics.jsonl")))
     a = run.load_policy(run_dir, which="last")
@@ -160,3 +162,18 @@ def test_shipped_training_presets_validate():
     adaptive = load_run_config(os.path.join(root, "adaptive.yaml"))
     assert adaptive.env.goal_behavior == "trial" and 2 <= adaptive.env.num_trials <= 4
     assert adaptive.policy.kind == "transformer"
+
+
+def test_bench_train_cli_writes_policy_steps_per_s_and_compile_s(tmp_path, uninterrupted):
+    from jaxdrive import bench
+
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "t.json"
+    assert bench.main(["train", "--config", str(config_file), "--policy", "mlp",
+                       "--repeats", "1", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["policy"] == "mlp" and data["records"][0]["policy"] == "mlp"
+    assert data["steps_per_s"] > 0 and data["compile_s"] > 0
+    assert data["agent_steps_per_iteration"] == STEPS_PER_IT
+    assert bench.main(["train", "--config", str(config_file), "--set", "train.epoch=2"]) == 2

@@ -1,10 +1,11 @@
 """Train a policy with PPO.
 
     python -m jaxdrive.train --config configs/quickstart.yaml [--set key=value ...]
-    python -m jaxdrive.train --resume RUN_DIR [--set train.total_steps=N]
+    python -m jaxdrive.train [--config FILE] --resume RUN_DIR [--set train.total_steps=N]
 
 Prints the run directory; it holds config.yaml (resolved), metrics.jsonl and
 checkpoints/. ``--set train.total_steps=N`` shortens (or, with --resume, extends) a run.
+A resumed run uses the run directory's saved config.yaml (plus ``--set``).
 Config sections: env, procedural, policy, train, validation, checkpoint, logging (see
 ``jaxdrive.train.config``).
 """
@@ -29,9 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue a run from its last checkpoint (uses its config.yaml)")
     args = p.parse_args(argv)
-    if args.config and args.resume:
-        p.error("--resume uses the run's saved config.yaml; drop --config (change keys "
-                "with --set)")
     if not args.config and not args.resume:
         p.error("give --config FILE (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
     try:
@@ -39,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             run_dir = Path(args.resume)
             config = read_run_config(run_dir, overrides)
+            if args.config and load_run_config(args.config, overrides) != config:
+                print(f"note: --resume continues with {run_dir}/config.yaml (plus --set); "
+                      f"it differs from {args.config}, which is not used.", flush=True)
             if not (run_dir / "checkpoints").is_dir():
                 raise FileNotFoundError(f"{run_dir}/checkpoints not found: the run saved no "
                                         "checkpoint to resume from.")

@@ -258,6 +258,9 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
                     if window_s > 0:
                         metrics["sps"] = window_steps / window_s
                         metrics["sps_valid"] = window_valid / window_s
+                    else:  # only the first (compiling) iteration so far
+                        metrics["sps"] = per_it / dt
+                        metrics["sps_valid"] = metrics["rollout/valid_steps"] / dt
                     metrics["iteration"] = it
                     metrics["time/elapsed_s"] = time.perf_counter() - t0
                     writers.write(it * per_it, metrics)
