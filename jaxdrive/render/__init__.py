@@ -1,0 +1,1 @@
+"""Rendering: top-down frames rasterised on device (``raster``), jittable and vmappable."""
