@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
+from jaxdrive.config import merge
 from jaxdrive.env import Env, EnvParams
 from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.scenarios.pool import make_pool
@@ -57,8 +58,6 @@ def save_config(config: RunConfig, path: Path) -> None:
 
 def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunConfig:
     """The resolved ``config.yaml`` of a run directory (with ``overrides`` on top)."""
-    from jaxdrive.config import merge
-
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: '{run_dir}' is not a jaxdrive run "
