@@ -14,6 +14,10 @@ With no size options a default sweep runs; any of ``--envs --agents --partners
 of the given values (others at their defaults) is measured. ``--trials K`` runs
 multi-trial episodes (``goal_behavior: trial``, K trials of the default timeout);
 ``--trials 0`` (the default) the plain step with ``goal_behavior: stop``.
+
+``policy``, ``train`` and ``render`` time the policy's paths, whole PPO iterations and
+recordings (env steps with on-device frames); see ``jaxdrive.bench_policy``,
+``jaxdrive.bench_train`` and ``jaxdrive.bench_render``.
 """
 
 from __future__ import annotations
@@ -235,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="run config override, e.g. train.num_envs=256")
     t.add_argument("--json", default="bench_train.json", help="output file")
+    r = sub.add_parser("render", help="time recordings: env steps + on-device frames")
+    r.add_argument("--envs", type=int, default=64)
+    r.add_argument("--steps", type=int, default=91, help="frames per env, one jitted call")
+    r.add_argument("--size", type=int, default=256, help="frame width and height")
+    r.add_argument("--views", nargs="+", default=["scene"], choices=["scene", "ego"])
+    r.add_argument("--repeats", type=int, default=3, help="timed calls (median reported)")
+    r.add_argument("--json", default="bench_render.json", help="output file")
     args = p.parse_args(argv)
     if args.repeats < 1 or getattr(args, "steps", 1) < 1:
         p.error("--repeats and --steps must be >= 1")
@@ -242,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main_policy(p, args, argv)
     if args.what == "train":
         return _main_train(args, argv)
+    if args.what == "render":
+        return _main_render(args, argv)
 
     keys = ["envs", "agents", "partners", "road_obs", "road_points", "dynamics", "trials"]
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
@@ -359,3 +372,21 @@ def _main_train(args, argv) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _main_render(args, argv) -> int:
+    from jaxdrive.bench_render import bench_render, render_table
+
+    print(f"jaxdrive bench render: backend {jax.default_backend()}, "
+          f"{jax.devices()[0].device_kind}, {args.envs} envs x {args.steps} steps at "
+          f"{args.size}x{args.size}, views {args.views}, median of {args.repeats} calls",
+          flush=True)
+    try:
+        rec = bench_render(args.envs, args.steps, args.size, tuple(args.views), args.repeats)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print()
+    print(render_table([rec]))
+    _write(args.json, "render", [rec], argv, top_level=True)
+    return 0

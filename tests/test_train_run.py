@@ -7,6 +7,7 @@ import os
 import re
 import signal
 
+import imageio.v3 as imageio
 import jax
 import numpy as np
 import pytest
@@ -14,8 +15,11 @@ import yaml
 
 from jaxdrive.bench_policy import random_observation
 from jaxdrive.env import Env
+from jaxdrive.render import cli as render_cli
+from jaxdrive.render.record import VideoConfig
+from jaxdrive.render.video import count_video_frames
 from jaxdrive.train import cli, run
-from jaxdrive.train.config import RunConfig, load_run_config
+from jaxdrive.train.config import EvaluationConfig, RunConfig, load_run_config
 
 TINY = {
     "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
@@ -46,14 +50,25 @@ def _lines(path):
 
 
 def _without_timing(rows):
-    drop = ("sps", "sps_valid", "time/")
+    drop = ("sps", "sps_valid", "time/", "held_out/")  # the evaluator: uninterrupted run only
     return [{k: v for k, v in r.items() if not k.startswith(drop)} for r in rows]
+
+
+# Videos change no training number (the resume test runs without them).
+VIDEO = {"every": 2, "num_envs": 2, "views": ["scene", "ego"], "width": 32, "height": 32,
+         "chunk_steps": 5}
+EPISODE = TINY["env"]["episode_length"]
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("full")
-    config = _config(tmp)
+    suite_file = tmp / "eval.yaml"
+    suite_file.write_text(yaml.safe_dump({"eval": {"held_out": {
+        "type": "multi_scenario", "interval": 1, "num_scenarios": 3, "batch_size": 2,
+        "seed": 11}}}))
+    config = _config(tmp).replace(video=VideoConfig.from_dict(VIDEO), evaluation=(
+        EvaluationConfig(suite_file=str(suite_file))))
     run_dir = run.new_run_dir(config, "tiny")
     last = run.train(config, run_dir, quiet=True)
     return run_dir, last
@@ -64,7 +79,8 @@ def test_run_directory_holds_resolved_config_metrics_and_checkpoints(uninterrupt
     saved = yaml.safe_load(open(run_dir / "config.yaml"))
     assert saved["train"]["rollout_steps"] == 5
     assert saved["train"]["gamma"] == 0.99  # defaults spelled out
-    assert RunConfig.from_dict(saved) == _config(run_dir.parent)
+    assert RunConfig.from_dict(saved).replace(evaluation=EvaluationConfig()) == _config(
+        run_dir.parent).replace(video=VideoConfig.from_dict(VIDEO))
     rows = _lines(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [STEPS_PER_IT, 2 * STEPS_PER_IT, 3 * STEPS_PER_IT]
     # validation every 2 iterations and at the end
@@ -177,3 +193,53 @@ def test_bench_train_cli_writes_policy_steps_per_s_and_compile_s(tmp_path, unint
     assert data["steps_per_s"] > 0 and data["compile_s"] > 0
     assert data["agent_steps_per_iteration"] == STEPS_PER_IT
     assert bench.main(["train", "--config", str(config_file), "--set", "train.epoch=2"]) == 2
+
+
+def test_training_records_videos_and_the_render_cli_replays_the_checkpoint(
+        uninterrupted, tmp_path, capsys):
+    run_dir, _ = uninterrupted
+    # Every 2 iterations and at the end (iteration 3): one mp4 per env per view, one
+    # frame per step of an episode, named by the run step and the env index.
+    for view in ("scene", "ego"):
+        names = sorted(p.name for p in (run_dir / "videos" / "train" / view).iterdir())
+        assert names == [f"step{it * STEPS_PER_IT:010d}_env{e:03d}.mp4"
+                         for it in (2, 3) for e in range(2)]
+        for name in names:
+            assert count_video_frames(run_dir / "videos" / "train" / view / name) == EPISODE
+    rows = _lines(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows if "time/video_s" in r] == [2, 3]
+
+    args = ["--checkpoint", str(run_dir), "--envs", "2", "--size", "32", "--chunk", "5",
+            "--view", "scene", "--view", "ego"]
+    assert render_cli.main(args + ["--out", str(tmp_path), "--steps", "7"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.endswith(".mp4")]
+    loaded_step = run.load_policy(run_dir).step
+    assert sorted(printed) == sorted(
+        str(tmp_path / "render" / v / f"step{loaded_step:010d}_env{e:03d}.mp4")
+        for v in ("scene", "ego") for e in range(2))
+    assert all(count_video_frames(p) == 7 for p in printed)
+    png = tmp_path / "docs" / "frame.png"
+    assert render_cli.main(args + ["--png", str(png), "--frame", "6"]) == 0
+    assert capsys.readouterr().out.strip() == str(png)
+    image = imageio.imread(png)
+    assert image.shape == (32, 32, 3) and len(np.unique(image.reshape(-1, 3), axis=0)) > 3
+    assert render_cli.main(["--checkpoint", str(tmp_path / "nowhere")]) == 2
+    assert "checkpoints" in capsys.readouterr().err
+
+
+def test_evaluators_run_at_their_interval_and_compile_once_per_run(uninterrupted):
+    run_dir, _ = uninterrupted
+    rows = _lines(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows if "held_out/goal_rate" in r] == [1, 2, 3]
+    for r in rows:
+        assert 0.0 <= r["held_out/goal_rate"] <= 1.0 and r["held_out/failed"] == 0.0
+        assert r["held_out/scenarios"] == 3.0
+    # Compiled on the first call only; later calls reuse it with new parameters.
+    compile_s = [r["held_out/compile_seconds"] for r in rows]
+    assert compile_s[0] > 0.0 and compile_s[1:] == [0.0, 0.0]
+    results = sorted((run_dir / "eval").glob("step*.json"))
+    assert [p.name for p in results] == [f"step{i * STEPS_PER_IT:010d}.json"
+                                         for i in (1, 2, 3)]
+    data = json.loads(results[-1].read_text())
+    assert data["status"] == "ok" and data["step"] == 3 * STEPS_PER_IT
+    assert len(data["evaluators"]["held_out"]["episodes"]) == 3

@@ -75,17 +75,22 @@ _ROAD_STYLE = (
 )
 ROAD_RGB = dict(_ROAD_STYLE)
 
-# Label image values: 0 is the background, then road types, goals, bodies, heading marks.
+# Label image values: 0 is the background, then road types, trails, goals, bodies,
+# heading marks.
 _ROAD_LABEL = np.zeros((NUM_ROAD_TYPES,), np.int32)
 for _rank, (_type, _) in enumerate(_ROAD_STYLE):
     _ROAD_LABEL[_type] = 1 + _rank
-LABEL_GOAL = 1 + len(_ROAD_STYLE)
+LABEL_TRAIL = 1 + len(_ROAD_STYLE)
+LABEL_GOAL = LABEL_TRAIL + NUM_AGENT_COLOURS
 LABEL_AGENT = LABEL_GOAL + NUM_AGENT_COLOURS
 LABEL_HEADING = LABEL_AGENT + NUM_AGENT_COLOURS
 _AGENT_PALETTE = [AGENT_RGB[c] for c in AgentColour]
+# Trails: the agent colour halfway to the background.
+TRAIL_RGB = {c: tuple((a + b) // 2 for a, b in zip(AGENT_RGB[c], BACKGROUND_RGB, strict=True))
+             for c in AgentColour}
 PALETTE = np.array(
-    [BACKGROUND_RGB] + [rgb for _, rgb in _ROAD_STYLE] + _AGENT_PALETTE + _AGENT_PALETTE
-    + [HEADING_RGB],
+    [BACKGROUND_RGB] + [rgb for _, rgb in _ROAD_STYLE] + [TRAIL_RGB[c] for c in AgentColour]
+    + _AGENT_PALETTE + _AGENT_PALETTE + [HEADING_RGB],
     np.uint8,
 )
 
@@ -259,6 +264,14 @@ def _goal_layer(config: RenderConfig, transform, goal, show, colour):
     return idx.reshape(-1), label.reshape(-1)
 
 
+def _trail_layer(config: RenderConfig, transform, trail_xy, trail_visible, colour):
+    """(A * K,) flat indices and labels of the trail pixels (one per past position)."""
+    px = _pixel(config, world_to_image(config, transform, trail_xy))  # (A, K, 2)
+    idx = _flat_index(config, px[..., 0], px[..., 1], trail_visible)
+    label = jnp.broadcast_to((LABEL_TRAIL + colour)[:, None], idx.shape)
+    return idx.reshape(-1), label.reshape(-1)
+
+
 def _draw_agents(config: RenderConfig, labels, transform, xy, yaw, length, width, show, colour):
     """Max the agents' labels into the padded (H + 2k, W + 2k) label image, one agent at a
     time over a (P, P) window, P = 2k + 1, k = ``patch_radius``.
@@ -316,6 +329,8 @@ def render_frame(
     colour_index: jax.Array,
     goal: jax.Array,
     goal_visible: jax.Array,
+    trail_xy: jax.Array | None = None,
+    trail_visible: jax.Array | None = None,
 ) -> jax.Array:
     """One top-down frame (pure; jit with ``config`` static, vmap over envs, scan over time).
 
@@ -329,6 +344,9 @@ def render_frame(
       colour_index: (A,) int32, ``AgentColour``.
       goal: (A, 2) float32, world positions of the goals.
       goal_visible: (A,) bool, goals to draw (as discs in the agent's colour).
+      trail_xy: optional (A, K, 2) float32, recent world positions, drawn as one pixel
+        each in a dimmed agent colour under goals and bodies.
+      trail_visible: (A, K) bool, which of them to draw (only for visible agents).
     Returns:
       (H, W, 3) uint8 RGB image, row 0 at the top (see the module doc).
     """
@@ -339,6 +357,9 @@ def render_frame(
             _road_layer(config, roadgraph, transform),
             _goal_layer(config, transform, goal, goal_visible & visible, colour),
         )
+        if trail_xy is not None:
+            show = trail_visible & visible[:, None]
+            layers += (_trail_layer(config, transform, trail_xy, show, colour),)
         idx = jnp.concatenate([i for i, _ in layers])
         label = jnp.concatenate([lab for _, lab in layers]).astype(jnp.int32)
         k = config.patch_radius
@@ -379,7 +400,8 @@ def agent_colours(state: EnvState, timestep: TimeStep) -> tuple[jax.Array, jax.A
 
 
 def render_state(
-    config: RenderConfig, env_params: EnvParams, state: EnvState, timestep: TimeStep
+    config: RenderConfig, env_params: EnvParams, state: EnvState, timestep: TimeStep,
+    trail_xy: jax.Array | None = None, trail_visible: jax.Array | None = None,
 ) -> jax.Array:
     """Frame of ONE environment (vmap over envs, scan over steps).
 
@@ -390,6 +412,7 @@ def render_state(
       config: static view settings.
       env_params: ``EnvParams`` (the pool's scenarios carry a leading N axis).
       state: unbatched ``EnvState``; timestep: its ``TimeStep``.
+      trail_xy, trail_visible: optional (A, K, 2) / (A, K) recent positions to draw.
     Returns:
       (H, W, 3) uint8.
     """
@@ -400,5 +423,5 @@ def render_state(
     goal_visible = visible & (state.kind == EntityKind.CONTROLLED)
     return render_frame(
         config, roadgraph, state.agents, state.length, state.width, visible, colour,
-        state.goal, goal_visible,
+        state.goal, goal_visible, trail_xy, trail_visible,
     )

@@ -7,6 +7,10 @@
     validation:  ValidationConfig (periodic held-out rollouts)
     checkpoint:  CheckpointConfig
     logging:     LoggingConfig (console, metrics.jsonl, wandb)
+    video:       VideoConfig (jaxdrive.render.record; videos every ``video.every``
+                 iterations into RUN_DIR/videos/train/VIEW/, logged to wandb)
+    evaluation:  EvaluationConfig (evaluator suites run during training, jaxdrive.eval)
+    data:        DataConfig (train on converted real scenes instead of procedural ones)
 
 Files may ``inherits:`` other files (``jaxdrive.config.load_yaml``); ``--set a.b=c``
 overrides any key. Unknown keys are errors that name the key and the allowed ones.
@@ -27,6 +31,7 @@ from jaxdrive.config import (
 )
 from jaxdrive.env import EnvConfig
 from jaxdrive.models.policy import PolicyConfig
+from jaxdrive.render.record import VideoConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
 LR_SCHEDULES = ("constant", "linear")
@@ -167,6 +172,48 @@ class LoggingConfig(ConfigBase):
 
 
 @dataclasses.dataclass(frozen=True)
+class EvaluationConfig(ConfigBase):
+    """Attributes:
+      suite_file: an eval config (``eval:`` sections, e.g. ``configs/eval/default.yaml``);
+        None = no evaluators during training (``validation`` still runs).
+      suite: suite or evaluator name in that file (None = every enabled evaluator).
+        Evaluators run when their ``interval`` divides the iteration, and at the end.
+    """
+
+    suite_file: str | None = None
+    suite: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig(ConfigBase):
+    """Training scenes from a converted dataset (``python -m jaxdrive.data convert``).
+
+    Attributes:
+      path: shard directory; None = procedural training scenes (``procedural``).
+      pool_size: scenes in the env's device pool at a time (replaces train.num_scenes).
+      refresh_every: every this many iterations the pool is replaced by the next
+        ``pool_size`` scenes (prepared ahead by a background thread) and every env
+        restarts on it; 0 = keep the first pool.
+      subset: behaviour-class subset of the dataset to train on.
+      seed: shuffle seed of the scene stream.
+      validation_path: scenes for ``validation`` (its first ``num_scenes``); None =
+        procedural held-out scenes.
+    """
+
+    path: str | None = None
+    pool_size: int = 256
+    refresh_every: int = 0
+    subset: str | None = None
+    seed: int = 0
+    validation_path: str | None = None
+
+    def __post_init__(self):
+        check_int("pool_size", self.pool_size, 1, 10_000_000)
+        check_int("refresh_every", self.refresh_every, 0, None)
+        check_int("seed", self.seed, 0, 2**31 - 1)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig(ConfigBase):
     """A whole training run (see the module doc for the sections)."""
 
@@ -177,6 +224,9 @@ class RunConfig(ConfigBase):
     validation: ValidationConfig = ValidationConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+    video: VideoConfig = VideoConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    data: DataConfig = DataConfig()
 
     def __post_init__(self):
         slots = self.train.num_envs * self.env.scenario.max_agents

@@ -156,6 +156,13 @@ class PPO:
             iteration=jnp.zeros((), jnp.int32),
         )
 
+    def restart_envs(self, state: TrainState, env_params: EnvParams) -> TrainState:
+        """Every environment starts a new episode on ``env_params``' pool (after the
+        training pool was replaced); memories reset with the episodes."""
+        key, k_reset = jax.random.split(state.key)
+        env_state, ts = self.env.reset_batch(env_params, k_reset, self.num_envs)
+        return state.replace(env_state=env_state, timestep=ts, key=key)
+
     def _trial_names(self) -> tuple[str, ...]:
         return tuple(f"trial_{k}_score" for k in range(self.env.config.num_trials))
 

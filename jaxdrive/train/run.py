@@ -12,6 +12,8 @@ Run directory layout::
     RUN_DIR/config.yaml      the resolved config (every key, defaults included)
     RUN_DIR/metrics.jsonl    one JSON object per logged iteration
     RUN_DIR/checkpoints/     last/<iteration>/ and best/<iteration>/ (orbax)
+    RUN_DIR/videos/train/VIEW/stepSTEP_envENV.mp4   with ``video.every`` > 0
+    RUN_DIR/eval/stepSTEP.json, RUN_DIR/eval/NAME/...  with ``evaluation.suite_file``
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ import yaml
 from jaxdrive.config import merge
 from jaxdrive.env import Env, EnvParams
 from jaxdrive.models.policy import Policy, param_count
+from jaxdrive.render.record import Recorder, policy_actor, record
+from jaxdrive.render.video import VideoSink
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
 from jaxdrive.train.config import RunConfig
 from jaxdrive.train.ppo import PPO
-from jaxdrive.train.validation import make_validator, validation_metrics
+from jaxdrive.train.validation import episode_steps, make_validator, validation_metrics
 
 BEST_METRIC = "val/goal_rate"
 CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
@@ -49,6 +53,67 @@ def build_env(config: RunConfig, seed: int, num_scenes: int) -> tuple[Env, EnvPa
                             config.env.scenario)
     env = Env(config.env)
     return env, env.make_params(make_pool(scenes, config.env.road_index))
+
+
+def _data_params(config: RunConfig, env: Env, path: str, num: int) -> EnvParams:
+    """Env params over the first ``num`` scenes of ``path`` (files or a shard dir)."""
+    from jaxdrive.data import load_scenarios
+
+    scenes, _ = load_scenarios([path], config.env.scenario)
+    scenes = jax.tree.map(lambda x: jnp.asarray(x[:num]), scenes)
+    return env.make_params(make_pool(scenes, config.env.road_index))
+
+
+class SceneStream:
+    """Training pools from a converted dataset, prepared ahead by a background thread.
+
+    Pool ``p`` (``pool_size`` scenes) serves iterations ``p * refresh_every + 1`` ...;
+    at each swap every env restarts on the new pool. A run resumed after ``done``
+    iterations starts the stream at pool ``done // refresh_every`` and restarts the
+    envs when ``done`` falls on a swap, as the uninterrupted run did.
+    """
+
+    def __init__(self, config: RunConfig, env: Env, done: int):
+        from jaxdrive.data import ScenarioDataset
+
+        d = config.data
+        self.refresh = d.refresh_every
+        self.pool_index = done // self.refresh if self.refresh else 0
+        self.dataset = ScenarioDataset(
+            d.path, d.pool_size, seed=d.seed, subset=d.subset,
+            scenario_config=config.env.scenario, skip_batches=self.pool_index,
+            prefetch=1 if self.refresh else 0,
+            transform=lambda s: env.make_params(make_pool(s, config.env.road_index)))
+        self._iter = iter(self.dataset)
+        self.params = next(self._iter)
+        self._restart = jax.jit(lambda ppo_restart, s, p: ppo_restart(s, p),
+                                static_argnums=0, donate_argnums=1)
+
+    def describe(self) -> str:
+        every = f", next {self.dataset.batch_size} every {self.refresh} iterations"
+        return (f"{self.dataset.batch_size} of {self.dataset.num_scenarios} "
+                f"data" + (every if self.refresh else ""))
+
+    @property
+    def wait_seconds(self) -> float:
+        return self.dataset.wait_seconds
+
+    def swap_due(self, done: int) -> bool:
+        return bool(self.refresh) and done % self.refresh == 0
+
+    def restart_due(self, done: int) -> bool:
+        return done > 0 and self.swap_due(done)
+
+    def next_params(self) -> EnvParams:
+        self.params = next(self._iter)
+        self.pool_index += 1
+        return self.params
+
+    def restart(self, ppo, state):
+        return self._restart(ppo.restart_envs, state, self.params)
+
+    def close(self) -> None:
+        self.dataset.close()
 
 
 def save_config(config: RunConfig, path: Path) -> None:
@@ -171,10 +236,24 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
         save_config(config, run_dir / "config.yaml")
     t = config.train
     t0 = time.perf_counter()
-    env, env_params = build_env(config, t.seed, t.num_scenes)
+    ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
+                        best_metric=BEST_METRIC)
+    scenes = None
+    if config.data.path:
+        env = Env(config.env)
+        done = int(ckpt.restore_raw(which="last")[1]["iteration"]) if resume else 0
+        scenes = SceneStream(config, env, done)
+        env_params = scenes.params
+    else:
+        env, env_params = build_env(config, t.seed, t.num_scenes)
     validate = None
     if config.validation.every:
-        _, val_params = build_env(config, config.validation.seed, config.validation.num_scenes)
+        if config.data.validation_path:
+            val_params = _data_params(config, env, config.data.validation_path,
+                                      config.validation.num_scenes)
+        else:
+            _, val_params = build_env(config, config.validation.seed,
+                                      config.validation.num_scenes)
     co_players = []
     for path in t.co_players:
         loaded = load_policy(path)
@@ -187,8 +266,6 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
     state = ppo.init(jax.random.key(t.seed + 1), env_params)
     if config.validation.every:
         validate = jax.jit(make_validator(env, policy, config.validation.num_scenes))
-    ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
-                        best_metric=BEST_METRIC)
     start_it, wandb_id = 0, None
     if resume:
         state, meta = ckpt.restore(state)
@@ -198,7 +275,10 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
             "agent-steps)")
     per_it = config.steps_per_iteration
     n_it = config.num_iterations
-    log(f"jaxdrive.train: {t.num_scenes} training scenes, {t.num_envs} envs x "
+    if scenes is not None and scenes.restart_due(start_it):
+        state = scenes.restart(ppo, state)
+    num_scenes = t.num_scenes if scenes is None else scenes.describe()
+    log(f"jaxdrive.train: {num_scenes} training scenes, {t.num_envs} envs x "
         f"{ppo.num_agents} agent slots, policy {config.policy.kind} "
         f"({param_count(state.params):,} params), {n_it} iterations of {per_it:,} "
         f"agent-steps, backend {jax.default_backend()}; setup {time.perf_counter() - t0:.1f} s")
@@ -224,6 +304,43 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
         ckpt.save(it, state, meta)
         saved_it = it
 
+    recorder = None
+    if config.video.every:
+        recorder = Recorder(env, policy_actor(env, policy), config.video)
+        _, video_params = build_env(config, config.validation.seed, config.video.num_envs)
+
+    def run_video(it: int, metrics: dict) -> None:
+        """Record the videos of iteration ``it`` and log them to wandb."""
+        tv = time.perf_counter()
+        frames = config.video.num_steps or episode_steps(env)
+        ids = np.arange(config.video.num_envs, dtype=np.int32)
+        with VideoSink(recorder, run_dir / "videos", "train", it * per_it) as sink:
+            record(recorder, state.params, video_params, ids, frames, sink,
+                   jax.random.key(it))
+        metrics["time/video_s"] = time.perf_counter() - tv
+        if wandb is not None:
+            for (env_index, view), path in sink.paths.items():
+                wandb.log_video(f"train/render/{view}/env{env_index}", path, it * per_it)
+
+    evals = None
+    if config.evaluation.suite_file:
+        from jaxdrive.eval.manager import EvalManager
+        from jaxdrive.eval.suite import load_suite_file
+
+        specs = load_suite_file(config.evaluation.suite_file, config.evaluation.suite,
+                                base_env=config.env, base_procedural=config.procedural)
+        evals = EvalManager(specs, policy, run_dir, suite_file=config.evaluation.suite_file,
+                            log=log)
+
+    def run_evals(it: int, metrics: dict, final: bool) -> None:
+        if evals.needs_checkpoint(it, final):
+            save(it, metrics)
+        results, videos = evals.run(it, it * per_it, state.params, final=final)
+        metrics.update(results)
+        if wandb is not None:
+            for key, path in videos:
+                wandb.log_video(key, path, it * per_it)
+
     def run_validation(metrics: dict) -> None:
         tv = time.perf_counter()
         stats = jax.device_get(validate(state.params, val_params))
@@ -236,6 +353,9 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
     try:
         with _StopFlag() as stop:
             while it < n_it and not stop.requested:
+                if scenes is not None and it > start_it and scenes.swap_due(it):
+                    env_params = scenes.next_params()
+                    state = scenes.restart(ppo, state)
                 tic = time.perf_counter()
                 state, metrics = step_fn(state, env_params)
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -250,9 +370,18 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
                     window_valid += metrics["rollout/valid_steps"]
                 final = it == n_it or stop.requested
                 val_due = validate is not None and (it % config.validation.every == 0 or final)
-                log_due = it % config.logging.every == 0 or final or val_due
+                video_due = recorder is not None and (it % config.video.every == 0
+                                                      or it == n_it)
                 if val_due:
                     run_validation(metrics)
+                if video_due:
+                    run_video(it, metrics)
+                eval_due = evals is not None and (bool(evals.due(it, it == n_it))
+                                                  or evals.pending > 0)
+                if eval_due:
+                    run_evals(it, metrics, final=it == n_it)
+                log_due = (it % config.logging.every == 0 or final or val_due or video_due
+                           or eval_due)
                 if log_due:
                     if window_s > 0:
                         metrics["sps"] = window_steps / window_s
@@ -261,6 +390,9 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
                         metrics["sps"] = per_it / dt
                         metrics["sps_valid"] = metrics["rollout/valid_steps"] / dt
                     metrics["iteration"] = it
+                    if scenes is not None:
+                        metrics["data/pool_index"] = scenes.pool_index
+                        metrics["time/data_wait_s"] = scenes.wait_seconds
                     metrics["time/elapsed_s"] = time.perf_counter() - t0
                     writers.write(it * per_it, metrics)
                     window_steps, window_s, window_valid = 0, 0.0, 0.0
@@ -276,6 +408,8 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
     finally:
         writers.close()
         ckpt.close()
+        if scenes is not None:
+            scenes.close()
     return last
 
 

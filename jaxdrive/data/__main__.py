@@ -1,0 +1,206 @@
+"""``python -m jaxdrive.data convert|inspect|subset``.
+
+- ``convert INPUT... --out DIR``: JSON scenes, WOMD TFRecord files or directories (mixed)
+  -> ``.npz`` shards and ``DIR/manifest.json``.
+- ``inspect FILE``: summary of one scene (JSON, TFRecord with ``--index``, or a cache
+  directory / scenario id).
+- ``subset DIR --scores FILE.csv --threshold X --name NAME``: a behaviour-class subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+
+import numpy as np
+
+from jaxdrive.config import ConfigError
+from jaxdrive.data import shards as shards_lib
+from jaxdrive.data import subsets as subsets_lib
+from jaxdrive.data.checks import scenario_problems
+from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario
+from jaxdrive.data.load import convert_one, convert_to_shards
+from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.types import ObjectType, RoadType
+
+
+def _size_args(p: argparse.ArgumentParser) -> None:
+    d = ScenarioConfig()
+    p.add_argument("--max-agents", type=int, default=d.max_agents)
+    p.add_argument("--num-steps", type=int, default=d.num_steps)
+    p.add_argument("--max-road-points", type=int, default=d.max_road_points)
+    p.add_argument("--max-lanes", type=int, default=d.max_lanes)
+    p.add_argument("--max-lane-successors", type=int, default=d.max_lane_successors)
+    p.add_argument("--max-traffic-lights", type=int, default=d.max_traffic_lights)
+    p.add_argument("--init-step", type=int, default=ConvertConfig.init_step,
+                   help="step whose SDC position is the origin (the env's init_step)")
+
+
+def _configs(args) -> tuple[ScenarioConfig, ConvertConfig]:
+    sc = ScenarioConfig(
+        max_agents=args.max_agents, num_steps=args.num_steps,
+        max_road_points=args.max_road_points, max_lanes=args.max_lanes,
+        max_lane_successors=args.max_lane_successors,
+        max_traffic_lights=args.max_traffic_lights)
+    return sc, ConvertConfig(init_step=args.init_step)
+
+
+def cmd_convert(args) -> int:
+    sc, cc = _configs(args)
+    t = time.perf_counter()
+    m = convert_to_shards(args.inputs, args.out, sc, cc, shard_size=args.shard_size,
+                          compress=not args.no_compress, workers=args.workers)
+    dt = time.perf_counter() - t
+    n = m["num_scenarios"]
+    print(f"converted {n} scenarios from {len(m['source_files'])} files into "
+          f"{m['num_shards']} shards ({m['total_bytes'] / 1e6:.1f} MB) in {dt:.1f} s "
+          f"({n / max(dt, 1e-9):.1f} scenes/s)")
+    print(f"truncated: {m['truncated_agents']} agents, {m['truncated_road_points']} road "
+          f"points; dropped never-valid agents: {m['totals']['dropped_invalid_agents']}")
+    for s in m["skipped"]:
+        print(f"skipped {s['source']}: {s['reason']}")
+    print(f"manifest: {args.out}/{shards_lib.MANIFEST}")
+    if n == 0:
+        print("error: no scenario could be converted (see the skip reasons above).",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _find_in_cache(directory: str, key: str | None, index: int):
+    manifest = shards_lib.read_manifest(directory)
+    records = manifest["scenarios"]
+    if key is not None:
+        matches = [i for i, r in enumerate(records) if r["scenario_id"] == key]
+        if not matches:
+            raise ConfigError(f"no scenario with id {key!r} in '{directory}'.")
+        index = matches[0]
+    if not 0 <= index < len(records):
+        raise ConfigError(f"'{directory}' holds {len(records)} scenarios; index {index} is "
+                          "out of range.")
+    rec = records[index]
+    shard = shards_lib.read_shard(f"{directory}/{manifest['shards'][rec['shard']]['file']}")
+    arrays = {k: v[rec["index"]] for k, v in shard.items() if not k.startswith("meta.")}
+    return arrays, rec, shards_lib.manifest_scenario_config(manifest), manifest[
+        "convert_config"]["init_step"]
+
+
+def cmd_inspect(args) -> int:
+    if shards_lib.is_shard_dir(args.file):
+        arrays, info, sc, init_step = _find_in_cache(args.file, args.id, args.index)
+    else:
+        sc, cc = _configs(args)
+        arrays, info = convert_one(args.file, sc, cc, args.index)
+        init_step = cc.init_step
+    scen = arrays_to_scenario(arrays)
+    obj, rg = arrays["objects.valid"], arrays["roadgraph.valid"]
+    present = obj.any(axis=1)
+    types = collections.Counter(ObjectType(int(t)).name.lower()
+                                for t in arrays["objects.type"][present])
+    rtypes = collections.Counter(RoadType(int(t)).name.lower()
+                                 for t in arrays["roadgraph.type"][rg])
+    sdc = int(np.argmax(arrays["objects.is_sdc"]))
+    sdc_steps = int(obj[sdc].sum())
+    ox, oy = info["origin"]
+    n_tl = int(arrays["traffic_lights.valid"].any(axis=1).sum())
+    summary = {
+        "scenario_id": info["scenario_id"], "source": info.get("source"),
+        "steps": int(obj.shape[1]), "init_step": init_step,
+        "agents": int(present.sum()), "agents_in_source": info.get("num_objects_in"),
+        "agent_types": dict(types),
+        "sdc": {"slot": sdc, "valid_steps": sdc_steps,
+                "type": ObjectType(int(arrays["objects.type"][sdc])).name.lower(),
+                "length": float(arrays["objects.length"][sdc]),
+                "width": float(arrays["objects.width"][sdc])},
+        "origin_world": [ox, oy],
+        "road_points": int(rg.sum()), "road_points_in_source": info.get("num_road_points_in"),
+        "road_stride_edges_other": info.get("road_stride"),
+        "road_point_types": dict(rtypes),
+        "lanes": int(arrays["lanes.valid"].sum()),
+        "traffic_lights": n_tl,
+        "of_interest": int(arrays["objects.of_interest"].sum()),
+        "to_predict": int(arrays["objects.to_predict"].sum()),
+        "truncated_agents": info.get("truncated_agents", 0),
+        "truncated_road_points": info.get("truncated_road_points", 0),
+        "problems": scenario_problems(scen, sc, init_step),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    print(f"scenario {summary['scenario_id']}  ({summary['source']})")
+    print(f"  steps: {summary['steps']} (init_step {init_step})")
+    print(f"  agents: {summary['agents']} kept of {summary['agents_in_source']} "
+          f"{dict(types)}; truncated {summary['truncated_agents']}")
+    s = summary["sdc"]
+    print(f"  SDC: slot {s['slot']}, {s['type']} {s['length']:.2f} x {s['width']:.2f} m, "
+          f"valid {s['valid_steps']}/{summary['steps']} steps")
+    print(f"  origin (world): ({ox:.3f}, {oy:.3f})")
+    print(f"  road points: {summary['road_points']} kept of "
+          f"{summary['road_points_in_source']} (stride edges/other "
+          f"{summary['road_stride_edges_other']}) {dict(rtypes)}")
+    print(f"  lanes: {summary['lanes']}, traffic lights: {n_tl}, objects of interest: "
+          f"{summary['of_interest']}, tracks to predict: {summary['to_predict']}")
+    print(f"  checks: {'ok' if not summary['problems'] else '; '.join(summary['problems'])}")
+    return 0
+
+
+def cmd_subset(args) -> int:
+    if args.list:
+        manifest = shards_lib.read_manifest(args.dir)
+        names = sorted(set(manifest.get("classes", {})) |
+                       set(subsets_lib.list_subset_files(args.dir)))
+        for name in names:
+            print(f"{name}: {len(subsets_lib.subset_ids(args.dir, name, manifest))} scenarios")
+        return 0
+    if args.scores is None or args.threshold is None or args.name is None:
+        raise ConfigError("subset needs --scores FILE.csv --threshold X --name NAME "
+                          "(or --list).")
+    rec = subsets_lib.build_subset_from_csv(args.dir, args.scores, args.threshold, args.name,
+                                            above=not args.below, column=args.column)
+    print(f"subset {rec['name']}: {len(rec['scenario_ids'])} scenarios ({rec['rule']}); "
+          f"{rec['num_scored']} scored, {rec['num_unknown']} scored ids not in the cache, "
+          f"{rec['num_missing']} cache scenarios without a score")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxdrive.data",
+                                     description="Convert and inspect real driving data.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("convert", help="JSON scenes / WOMD TFRecords -> npz shards")
+    p.add_argument("inputs", nargs="+", help="files or directories (JSON, TFRecord, mixed)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--shard-size", type=int, default=128, help="scenarios per shard")
+    p.add_argument("--no-compress", action="store_true", help="store shards uncompressed")
+    p.add_argument("--workers", type=int, default=1, help="conversion processes")
+    _size_args(p)
+    p.set_defaults(fn=cmd_convert)
+    p = sub.add_parser("inspect", help="summary of one scene")
+    p.add_argument("file", help="JSON scene, TFRecord file, or converted directory")
+    p.add_argument("--index", type=int, default=0, help="scene index in the file/cache")
+    p.add_argument("--id", default=None, help="scenario id (converted directory)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _size_args(p)
+    p.set_defaults(fn=cmd_inspect)
+    p = sub.add_parser("subset", help="build or list behaviour-class subsets")
+    p.add_argument("dir", help="converted directory")
+    p.add_argument("--scores", help="CSV with scenario_id and a score column")
+    p.add_argument("--column", default=None, help="score column (default: the only one)")
+    p.add_argument("--threshold", type=float)
+    p.add_argument("--below", action="store_true", help="keep scores <= threshold")
+    p.add_argument("--name", help="subset (behaviour class) name")
+    p.add_argument("--list", action="store_true", help="list the subsets")
+    p.set_defaults(fn=cmd_subset)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

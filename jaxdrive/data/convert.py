@@ -1,0 +1,344 @@
+"""``RawScene`` -> padded ``Scenario`` arrays (NumPy) plus a report of what did not fit.
+
+Conventions of a converted scene:
+
+- Coordinates are metres relative to the scene origin, the SDC's logged position at
+  ``init_step`` (float64 world minus origin, then float32: WOMD's kilometre-scale world
+  coordinates would lose centimetres in float32). The origin is kept in the metadata.
+- Agents: objects never valid in the kept steps are dropped (``dropped_invalid_agents``).
+  When more remain than ``max_agents``, slots go, in order, to the SDC, objects of
+  interest, tracks to predict, then the rest by distance to the SDC (at ``init_step``,
+  or at the object's first valid step), ties by original index. The SDC is slot 0.
+- Goals: each agent's final valid logged position.
+- Time: the first ``num_steps`` logged steps; shorter logs are padded as invalid.
+- Road points: lanes first (polyline ids ``0..L-1``, the nearest ``max_lanes`` lanes if
+  there are more), then the other polylines (ids ``>= L``). If the points exceed
+  ``max_road_points``, polylines are subsampled (every ``s``-th point plus the last,
+  original coordinates): first all but road edges, with the smallest stride that fits,
+  then road edges too; only then are whole polylines dropped, least important type and
+  farthest from the origin first (road edges last).
+- Traffic lights: the ``max_traffic_lights`` signal lanes nearest the origin, states per
+  step; ``lane_id`` is the kept lane's polyline id (-1 when the lane was not kept).
+
+Every element left out is counted in the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxdrive.config import ConfigBase, check_int
+from jaxdrive.data.raw import RawScene, SceneError
+from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.types import LaneGraph, ObjectLog, Roadgraph, RoadType, Scenario, TrafficLights
+
+STRIDES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+# Which polylines go first when whole polylines must be dropped (larger = dropped first).
+_DROP_RANK = {RoadType.ROAD_EDGE: 0, RoadType.LANE_CENTER: 1, RoadType.STOP_SIGN: 2,
+              RoadType.ROAD_LINE: 3, RoadType.CROSSWALK: 4, RoadType.SPEED_BUMP: 5,
+              RoadType.DRIVEWAY: 6, RoadType.UNKNOWN: 7}
+
+REPORT_COUNTS = (
+    "truncated_agents", "dropped_invalid_agents", "truncated_road_points",
+    "subsampled_road_points", "dropped_polylines", "truncated_lanes",
+    "truncated_lane_successors", "dropped_lane_links", "truncated_traffic_lights",
+    "truncated_steps", "padded_steps",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertConfig(ConfigBase):
+    """Conversion choices beyond the padded sizes.
+
+    Attributes:
+      init_step: the logged step that defines the origin and the agent ranking, and at
+        which the SDC must be valid (10 in WOMD: 1.1 s of history; match the env's
+        ``init_step``).
+      max_stride: coarsest polyline subsampling before whole polylines are dropped.
+    """
+
+    init_step: int = 10
+    max_stride: int = 64
+
+    def __post_init__(self):
+        check_int("init_step", self.init_step, 0, 100_000)
+        check_int("max_stride", self.max_stride, 1, 1024)
+
+
+def _poly_counts(lens: np.ndarray, stride: np.ndarray) -> np.ndarray:
+    """Points kept per polyline of ``lens`` points at ``stride``: first, every s-th, last."""
+    return np.where(lens <= 1, lens, (lens - 2) // stride + 2)
+
+
+def _fit_strides(lens, is_edge, budget, strides):
+    """Smallest (edge stride, other stride) whose total fits, or None."""
+    for s in strides:  # road edges at full resolution while possible
+        if _poly_counts(lens, np.where(is_edge, 1, s)).sum() <= budget:
+            return 1, s
+    top = strides[-1]
+    for s in strides:
+        if _poly_counts(lens, np.where(is_edge, s, top)).sum() <= budget:
+            return s, top
+    return None
+
+
+def convert_scene(
+    raw: RawScene, config: ScenarioConfig, convert: ConvertConfig | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Pad and convert one scene.
+
+    Args:
+      raw: the scene as read.
+      config: padded sizes.
+      convert: conversion choices (default ``ConvertConfig()``).
+    Returns:
+      (arrays, info): ``arrays`` maps every ``ScenarioConfig.shapes()`` key to a NumPy
+      array of that shape; ``info`` has ``scenario_id``, ``source``, ``origin`` [x, y]
+      (float64 world frame), ``num_agents``, ``num_road_points`` (kept) and one count per
+      ``REPORT_COUNTS`` name, plus ``notes``.
+    Raises:
+      SceneError: the scene has no SDC valid at ``init_step`` (or is too short).
+    """
+    cc = convert or ConvertConfig()
+    t0 = cc.init_step
+    A, T = config.max_agents, config.num_steps
+    L, S, TLn = config.max_lanes, config.max_lane_successors, config.max_traffic_lights
+    raw_t = raw.num_steps
+    if raw_t <= t0:
+        raise SceneError(f"{raw.source}: scene has {raw_t} steps; init_step {t0} needs more "
+                         "(lower --init-step or use full-length logs).")
+    if T <= t0:
+        raise SceneError(f"{raw.source}: num_steps {T} must exceed init_step {t0}.")
+    sdc = raw.sdc_index
+    if not 0 <= sdc < raw.num_objects:
+        raise SceneError(f"{raw.source}: no valid SDC (sdc_track_index {sdc} is not one of "
+                         f"the {raw.num_objects} objects).")
+    if not raw.valid[sdc, t0]:
+        raise SceneError(f"{raw.source}: no valid SDC (object {sdc} is invalid at "
+                         f"init_step {t0}).")
+    steps = min(T, raw_t)
+    origin = raw.xy[sdc, t0].astype(np.float64)
+    report = {k: 0 for k in REPORT_COUNTS}
+    report["truncated_steps"] = max(0, raw_t - T)
+    report["padded_steps"] = max(0, T - raw_t)
+
+    # ---------------------------------------------------------------- agents
+    valid = raw.valid[:, :steps]
+    present = valid.any(axis=1)
+    report["dropped_invalid_agents"] = int((~present).sum())
+    first = np.argmax(valid, axis=1)
+    ref_t = np.where(valid[:, t0], t0, first)
+    n = raw.num_objects
+    dist = np.linalg.norm(raw.xy[np.arange(n), ref_t] - origin, axis=-1)
+    priority = np.full(n, 3)
+    priority[raw.to_predict] = 2
+    priority[raw.of_interest] = 1
+    priority[sdc] = 0
+    cand = np.flatnonzero(present)
+    order = cand[np.lexsort((cand, dist[cand], priority[cand]))]
+    keep = order[:A]
+    report["truncated_agents"] = int(len(order) - len(keep))
+    k = len(keep)
+
+    out: dict[str, np.ndarray] = {}
+    vk = valid[keep]
+    xy = np.zeros((A, T, 2), np.float32)
+    xy[:k, :steps] = np.where(vk[..., None], raw.xy[keep, :steps] - origin, 0.0)
+    yaw = np.zeros((A, T), np.float32)
+    yaw[:k, :steps] = np.where(vk, raw.yaw[keep, :steps], 0.0)
+    vel = np.zeros((A, T, 2), np.float32)
+    vel[:k, :steps] = np.where(vk[..., None], raw.vel[keep, :steps], 0.0)
+    ok = np.zeros((A, T), bool)
+    ok[:k, :steps] = vk
+    last = steps - 1 - np.argmax(vk[:, ::-1], axis=1)
+    goal = np.zeros((A, 2), np.float32)
+    goal[:k] = raw.xy[keep, last] - origin
+
+    def per_agent(values, dtype):
+        arr = np.zeros((A,), dtype)
+        arr[:k] = values[keep]
+        return arr
+
+    out["objects.xy"], out["objects.yaw"], out["objects.vel"], out["objects.valid"] = (
+        xy, yaw, vel, ok)
+    out["objects.length"] = per_agent(raw.length, np.float32)
+    out["objects.width"] = per_agent(raw.width, np.float32)
+    out["objects.type"] = per_agent(raw.object_type, np.int32)
+    out["objects.goal"] = goal
+    is_sdc = np.zeros(A, bool)
+    is_sdc[0] = True  # the SDC always sorts first
+    out["objects.is_sdc"] = is_sdc
+    out["objects.of_interest"] = per_agent(raw.of_interest, bool)
+    out["objects.to_predict"] = per_agent(raw.to_predict, bool)
+
+    # ---------------------------------------------------------------- road graph
+    road, lane_of_feature, road_info = _convert_roads(raw, origin, config, cc)
+    out.update(road)
+    report.update({key: road_info[key] for key in (
+        "truncated_road_points", "subsampled_road_points", "dropped_polylines",
+        "truncated_lanes")})
+
+    successors = np.full((L, S), -1, np.int32)
+    lanes_valid = np.zeros(L, bool)
+    lanes_valid[:len(lane_of_feature)] = True
+    for fid, lane in lane_of_feature.items():
+        nxt = [lane_of_feature[e] for e in raw.lane_exits.get(fid, ()) if e in lane_of_feature]
+        report["dropped_lane_links"] += len(raw.lane_exits.get(fid, ())) - len(nxt)
+        report["truncated_lane_successors"] += max(0, len(nxt) - S)
+        successors[lane, :min(S, len(nxt))] = nxt[:S]
+    out["lanes.successors"], out["lanes.valid"] = successors, lanes_valid
+
+    # ---------------------------------------------------------------- traffic lights
+    tl_n = raw.tl_lane.shape[0]
+    tl_order = np.argsort(np.linalg.norm(raw.tl_stop_xy - origin, axis=-1), kind="stable")
+    tl_keep = tl_order[:TLn]
+    report["truncated_traffic_lights"] = int(tl_n - len(tl_keep))
+    m = len(tl_keep)
+    tl_lane = np.full(TLn, -1, np.int32)
+    tl_lane[:m] = [lane_of_feature.get(int(f), -1) for f in raw.tl_lane[tl_keep]]
+    tl_xy = np.zeros((TLn, 2), np.float32)
+    tl_xy[:m] = raw.tl_stop_xy[tl_keep] - origin
+    tl_state = np.zeros((TLn, T), np.int32)
+    tl_state[:m, :steps] = raw.tl_state[tl_keep, :steps]
+    tl_valid = np.zeros((TLn, T), bool)
+    tl_valid[:m, :steps] = raw.tl_valid[tl_keep, :steps]
+    out["traffic_lights.lane_id"], out["traffic_lights.stop_xy"] = tl_lane, tl_xy
+    out["traffic_lights.state"] = np.where(tl_valid, tl_state, 0).astype(np.int32)
+    out["traffic_lights.valid"] = tl_valid
+
+    info = {
+        "scenario_id": raw.scenario_id, "source": raw.source,
+        "origin": [float(origin[0]), float(origin[1])],
+        "num_agents": int(k), "num_objects_in": int(n),
+        "num_road_points": int(road_info["kept_points"]),
+        "num_road_points_in": int(raw.num_road_points),
+        "road_stride": list(road_info["stride"]),
+        **report, "notes": list(raw.notes),
+    }
+    return out, info
+
+
+def _convert_roads(raw: RawScene, origin, config: ScenarioConfig, cc: ConvertConfig):
+    R, L = config.max_road_points, config.max_lanes
+    lens = np.diff(raw.road_start)
+    kpoly = lens.shape[0]
+    rtype = raw.road_type
+    info = {"truncated_road_points": 0, "subsampled_road_points": 0, "dropped_polylines": 0,
+            "truncated_lanes": 0, "kept_points": 0, "stride": [1, 1]}
+    # Distance of each polyline to the origin (nearest point), for every ranking below.
+    rel = raw.road_xy - origin
+    pdist = np.sqrt(np.einsum("ij,ij->i", rel, rel))
+    poly_dist = (np.minimum.reduceat(pdist, raw.road_start[:-1]) if kpoly
+                 else np.zeros(0))
+    alive = np.ones(kpoly, bool)
+    lanes = np.flatnonzero(rtype == RoadType.LANE_CENTER)
+    if len(lanes) > L:
+        far = lanes[np.lexsort((lanes, poly_dist[lanes]))][L:]
+        alive[far] = False
+        info["truncated_lanes"] = int(len(far))
+        info["dropped_polylines"] += int(len(far))
+    is_edge = rtype == RoadType.ROAD_EDGE
+    strides = tuple(s for s in STRIDES if s <= cc.max_stride) or (1,)
+    fit = _fit_strides(np.where(alive, lens, 0), is_edge, R, strides)
+    if fit is None:
+        # Drop whole polylines: least important type first, farthest first, at the
+        # coarsest strides, until the rest fits.
+        top = strides[-1]
+        counts = _poly_counts(lens, np.full(kpoly, top))
+        rank = np.array([_DROP_RANK.get(int(t), 7) for t in rtype])
+        cand = np.flatnonzero(alive)
+        drop_order = cand[np.lexsort((-cand, -poly_dist[cand], -rank[cand]))]
+        total = int(counts[alive].sum())
+        for p in drop_order:
+            if total <= R:
+                break
+            alive[p] = False
+            total -= int(counts[p])
+            info["dropped_polylines"] += 1
+        fit = (top, top)
+    s_edge, s_other = fit
+    info["stride"] = [int(s_edge), int(s_other)]
+    # Output order: kept lanes (raw order) get ids 0..; other polylines ids L + j.
+    lane_sel = np.flatnonzero(alive & (rtype == RoadType.LANE_CENTER))
+    other_sel = np.flatnonzero(alive & (rtype != RoadType.LANE_CENTER))
+    sel = np.concatenate([lane_sel, other_sel])
+    new_id = np.concatenate([np.arange(len(lane_sel)), L + np.arange(len(other_sel))])
+    lane_of_feature = {int(raw.road_id[p]): int(i) for i, p in enumerate(lane_sel)}
+
+    sel_lens = lens[sel]
+    sel_stride = np.where(is_edge[sel], s_edge, s_other)
+    # Point indices of the selected polylines, in output order.
+    starts = raw.road_start[sel]
+    owner = np.repeat(np.arange(len(sel)), sel_lens)
+    local = np.arange(owner.shape[0]) - np.repeat(np.cumsum(sel_lens) - sel_lens, sel_lens)
+    src = np.repeat(starts, sel_lens) + local
+    keep = (local % sel_stride[owner] == 0) | (local == sel_lens[owner] - 1)
+    src, owner = src[keep], owner[keep]
+    kept = src.shape[0]
+    if kept > R:  # cannot happen after the fit above; guard the invariant loudly
+        raise SceneError(f"{raw.source}: internal error, {kept} road points exceed {R}.")
+    info["kept_points"] = kept
+    info["truncated_road_points"] = int(raw.num_road_points - kept)
+    info["subsampled_road_points"] = int(lens[sel].sum() - kept)
+
+    pts = raw.road_xy[src] - origin
+    seg = np.zeros_like(pts)
+    same_next = np.zeros(kept, bool)
+    same_next[:-1] = owner[1:] == owner[:-1]
+    seg[:-1] = pts[1:] - pts[:-1]
+    seg[~same_next] = 0.0
+    # Last point of a polyline: the previous segment's direction (zero if single-point).
+    last = ~same_next
+    has_prev = np.zeros(kept, bool)
+    has_prev[1:] = owner[1:] == owner[:-1]
+    use_prev = last & has_prev
+    seg[use_prev] = seg[np.flatnonzero(use_prev) - 1]
+    norm = np.linalg.norm(seg, axis=-1, keepdims=True)
+    direction = np.where(norm > 1e-9, seg / np.maximum(norm, 1e-9), 0.0)
+
+    xy = np.zeros((R, 2), np.float32)
+    xy[:kept] = pts
+    dirs = np.zeros((R, 2), np.float32)
+    dirs[:kept] = direction
+    types = np.zeros(R, np.int32)
+    types[:kept] = rtype[sel][owner]
+    ids = np.full(R, -1, np.int32)
+    ids[:kept] = new_id[owner]
+    ok = np.zeros(R, bool)
+    ok[:kept] = True
+    return ({"roadgraph.xy": xy, "roadgraph.dir": dirs, "roadgraph.type": types,
+             "roadgraph.id": ids, "roadgraph.valid": ok}, lane_of_feature, info)
+
+
+# ---------------------------------------------------------------------- pytree glue
+def arrays_to_scenario(arrays: dict[str, Any]) -> Scenario:
+    """Flat ``{"objects.xy": ...}`` arrays (batched or not) -> ``Scenario`` pytree."""
+    def group(prefix, cls):
+        fields = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{f: arrays[f"{prefix}.{f}"] for f in fields})
+
+    return Scenario(
+        roadgraph=group("roadgraph", Roadgraph), lanes=group("lanes", LaneGraph),
+        traffic_lights=group("traffic_lights", TrafficLights),
+        objects=group("objects", ObjectLog),
+    )
+
+
+def scenario_to_arrays(scenario: Scenario) -> dict[str, np.ndarray]:
+    """``Scenario`` pytree -> flat NumPy arrays keyed like ``ScenarioConfig.shapes()``."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(scenario)[0]:
+        name = ".".join(getattr(p, "name", str(p)) for p in path)
+        out[name] = np.asarray(leaf)
+    return out
+
+
+def stack_arrays(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Stack converted scenes on a new leading axis N."""
+    if not items:
+        raise ValueError("stack_arrays needs at least one scene.")
+    return {key: np.stack([it[key] for it in items]) for key in items[0]}

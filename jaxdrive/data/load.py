@@ -1,0 +1,167 @@
+"""Host-side entry points: convert inputs into a shard cache, load scenarios in memory."""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from jaxdrive.config import ConfigError
+from jaxdrive.data import shards as shards_lib
+from jaxdrive.data.convert import (
+    REPORT_COUNTS,
+    ConvertConfig,
+    arrays_to_scenario,
+    convert_scene,
+)
+from jaxdrive.data.raw import SceneError
+from jaxdrive.data.sources import expand_inputs, item_source, iter_items, read_item
+from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.types import Scenario
+
+
+def _convert_item(args) -> tuple:
+    """Worker: one work item -> ("ok", arrays, info) or ("skip", entry)."""
+    item, config, convert = args
+    if item[0] == "skip":
+        return ("skip", item[1])
+    try:
+        raw = read_item(item)
+        arrays, info = convert_scene(raw, config, convert)
+    except SceneError as e:
+        return ("skip", {"source": item_source(item), "reason": str(e)})
+    return ("ok", arrays, info)
+
+
+def iter_converted(
+    paths: list[str], config: ScenarioConfig, convert: ConvertConfig | None = None,
+    workers: int = 1,
+) -> Iterator[tuple]:
+    """Converted scenes of ``paths`` in input order: ``("ok", arrays, info)`` or
+    ``("skip", {"source", "reason"})``. ``workers > 1`` parses and converts in that many
+    processes (file reading and CRC checks stay in this one)."""
+    convert = convert or ConvertConfig()
+    files = expand_inputs(paths)
+    jobs = ((item, config, convert) for item in iter_items(files, defer_crc=workers > 1))
+    if workers <= 1:
+        for job in jobs:
+            yield _convert_item(job)
+        return
+    ctx = multiprocessing.get_context("spawn")  # no fork after JAX started threads
+    with ctx.Pool(workers) as pool:
+        # A bounded number in flight, in order: Pool.imap would read a whole multi-GB
+        # input ahead into memory.
+        pending = collections.deque()
+        for job in jobs:
+            pending.append(pool.apply_async(_convert_item, (job,)))
+            if len(pending) >= 8 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def convert_to_shards(
+    paths: list[str], out_dir: str | os.PathLike, config: ScenarioConfig,
+    convert: ConvertConfig | None = None, shard_size: int = 128, compress: bool = True,
+    workers: int = 1,
+) -> dict[str, Any]:
+    """Convert JSON scenes / TFRecord files into shards in ``out_dir``; returns the manifest."""
+    convert = convert or ConvertConfig()
+    writer = shards_lib.ShardWriter(out_dir, config, convert, shard_size, compress)
+    for path, _ in expand_inputs(paths):
+        writer.add_source(path)
+    for result in iter_converted(paths, config, convert, workers):
+        if result[0] == "ok":
+            writer.add(result[1], result[2])
+        else:
+            writer.skip(result[1]["source"], result[1]["reason"])
+    return writer.close()
+
+
+def load_scenarios(
+    paths: list[str], scenario_config: ScenarioConfig, convert: ConvertConfig | None = None,
+) -> tuple[Scenario, dict[str, Any]]:
+    """Load scenarios from JSON scene files, WOMD TFRecord files or shard directories.
+
+    Args:
+      paths: files or directories; a directory with ``manifest.json`` is read as a
+        converted cache (padded up to ``scenario_config`` if it was converted smaller),
+        any other directory is searched for JSON and TFRecord files.
+      scenario_config: padded sizes of the result.
+      convert: conversion choices for raw inputs (default ``ConvertConfig()``).
+    Returns:
+      (scenarios, report): a ``Scenario`` of NumPy arrays with leading axis N (every leaf
+      shaped ``(N,) + scenario_config.shapes()[path]``) and a dict with ``num_scenarios``,
+      ``scenario_ids``, ``origins`` (N, 2) world-frame origins, ``sources``, ``skipped``
+      [{source, reason}], ``truncated_agents``, ``truncated_road_points``, ``totals`` and
+      ``scenarios`` (per-scene records).
+    Raises:
+      ConfigError: an input is missing, or nothing usable was found (the message lists
+        the skip reasons).
+    """
+    convert = convert or ConvertConfig()
+    parts: list[dict[str, np.ndarray]] = []
+    records: list[dict] = []
+    skipped: list[dict] = []
+    raw_paths = []
+    for p in paths:
+        if shards_lib.is_shard_dir(p):
+            manifest = shards_lib.read_manifest(p)
+            stored = shards_lib.manifest_scenario_config(manifest)
+            for shard in manifest["shards"]:
+                arrays = shards_lib.read_shard(os.path.join(p, shard["file"]))
+                parts.append(shards_lib.adapt_arrays(arrays, stored, scenario_config))
+            records.extend(manifest["scenarios"])
+            skipped.extend(manifest["skipped"])
+        else:
+            raw_paths.append(p)
+    if raw_paths:
+        batch, infos = [], []
+        for result in iter_converted(raw_paths, scenario_config, convert):
+            if result[0] == "ok":
+                batch.append(result[1])
+                infos.append(result[2])
+            else:
+                skipped.append(result[1])
+        if batch:
+            stacked = {k: np.stack([b[k] for b in batch]) for k in batch[0]}
+            stacked["meta.origin"] = np.array([i["origin"] for i in infos], np.float64)
+            stacked["meta.scenario_id"] = np.array([i["scenario_id"] for i in infos], np.str_)
+            parts.append(stacked)
+            records.extend(dict(i) for i in infos)
+    if not parts:
+        reasons = "; ".join(f"{s['source']}: {s['reason']}" for s in skipped[:5]) or "none"
+        raise ConfigError(f"no usable scenarios in {list(paths)} (skipped {len(skipped)}: "
+                          f"{reasons}).")
+    arrays = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    totals = {k: int(sum(r.get(k, 0) for r in records)) for k in REPORT_COUNTS}
+    report = {
+        "num_scenarios": int(arrays["objects.xy"].shape[0]),
+        "scenario_ids": [str(s) for s in arrays.pop("meta.scenario_id")],
+        "origins": arrays.pop("meta.origin"),
+        "sources": [r.get("source", "") for r in records],
+        "skipped": skipped,
+        "truncated_agents": totals["truncated_agents"],
+        "truncated_road_points": totals["truncated_road_points"],
+        "totals": totals,
+        "scenarios": records,
+    }
+    return arrays_to_scenario(arrays), report
+
+
+def convert_one(path: str, config: ScenarioConfig, convert: ConvertConfig | None = None,
+                index: int = 0) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Convert the ``index``-th scene of one input (for ``inspect``); raises ``ConfigError``
+    with the skip reason if it is unusable."""
+    seen = 0
+    for result in iter_converted([path], config, convert):
+        if seen == index:
+            if result[0] == "skip":
+                raise ConfigError(f"{result[1]['source']}: {result[1]['reason']}")
+            return result[1], result[2]
+        seen += 1
+    raise ConfigError(f"'{path}' holds {seen} scenes; index {index} is out of range.")

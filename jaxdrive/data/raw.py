@@ -1,0 +1,152 @@
+"""The neutral, unpadded scene every reader produces and the converter consumes.
+
+Readers (``womd.py`` for WOMD protos, ``json_scene.py`` for GPUDrive/PufferDrive JSON)
+fill a ``RawScene`` in float64 world coordinates; ``convert.py`` turns it into the padded
+float32 ``Scenario`` arrays. Nothing here depends on JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jaxdrive.types import RoadType
+
+
+class SceneError(ValueError):
+    """A scene cannot be used (no valid SDC, malformed fields, ...).
+
+    Converters catch it and record the scene as skipped with this message as the reason.
+    """
+
+
+@dataclasses.dataclass
+class RawScene:
+    """One logged scene, unpadded (``N`` objects, ``T`` steps, ``P`` road points, ``K``
+    polylines, ``TL`` traffic-light lanes).
+
+    Attributes:
+      scenario_id: the dataset's id string.
+      source: where it came from (file, and record index for TFRecords).
+      xy: (N, T, 2) float64, world frame metres (filler where invalid).
+      yaw: (N, T) float64, radians.
+      vel: (N, T, 2) float64, m/s.
+      valid: (N, T) bool.
+      length, width: (N,) float64, box size.
+      object_type: (N,) int32, ``ObjectType``.
+      object_id: (N,) int64, the dataset's track ids.
+      sdc_index: index of the self-driving car, -1 if the scene names none.
+      of_interest, to_predict: (N,) bool.
+      expert: (N,) bool, the JSON format's ``mark_as_expert`` (False for WOMD).
+      road_xy: (P, 2) float64, polyline points, polylines concatenated.
+      road_start: (K + 1,) int64, polyline ``k`` is ``road_xy[road_start[k]:road_start[k+1]]``.
+      road_type: (K,) int32, ``RoadType``.
+      road_id: (K,) int64, map feature ids.
+      lane_exits: feature id of a lane -> feature ids of the lanes it exits to.
+      tl_lane: (TL,) int64, feature id of each signal-controlled lane.
+      tl_state: (TL, T) int32, ``TrafficLightState``.
+      tl_valid: (TL, T) bool.
+      tl_stop_xy: (TL, 2) float64, stop point.
+      current_time_index: the WOMD "current" step, if the source gives one.
+      notes: remarks made while reading (units guessed, unknown types, ...).
+    """
+
+    scenario_id: str
+    source: str
+    xy: np.ndarray
+    yaw: np.ndarray
+    vel: np.ndarray
+    valid: np.ndarray
+    length: np.ndarray
+    width: np.ndarray
+    object_type: np.ndarray
+    object_id: np.ndarray
+    sdc_index: int
+    of_interest: np.ndarray
+    to_predict: np.ndarray
+    expert: np.ndarray
+    road_xy: np.ndarray
+    road_start: np.ndarray
+    road_type: np.ndarray
+    road_id: np.ndarray
+    lane_exits: dict[int, list[int]]
+    tl_lane: np.ndarray
+    tl_state: np.ndarray
+    tl_valid: np.ndarray
+    tl_stop_xy: np.ndarray
+    current_time_index: int | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def num_objects(self) -> int:
+        return self.xy.shape[0]
+
+    @property
+    def num_steps(self) -> int:
+        return self.xy.shape[1]
+
+    @property
+    def num_road_points(self) -> int:
+        return self.road_xy.shape[0]
+
+    @property
+    def num_polylines(self) -> int:
+        return self.road_type.shape[0]
+
+    def check(self) -> RawScene:
+        """Raise ``SceneError`` if array shapes disagree with each other; return self."""
+        n, t = self.valid.shape if self.valid.ndim == 2 else (-1, -1)
+        k = self.road_type.shape[0]
+        tl = self.tl_lane.shape[0]
+        expect = {
+            "xy": (n, t, 2), "yaw": (n, t), "vel": (n, t, 2), "length": (n,), "width": (n,),
+            "object_type": (n,), "object_id": (n,), "of_interest": (n,), "to_predict": (n,),
+            "expert": (n,), "road_start": (k + 1,), "road_id": (k,), "tl_state": (tl, t),
+            "tl_valid": (tl, t), "tl_stop_xy": (tl, 2),
+        }
+        for name, shape in expect.items():
+            got = getattr(self, name).shape
+            if got != shape:
+                raise SceneError(f"{self.source}: field '{name}' has shape {got}, expected "
+                                 f"{shape}; the file is malformed.")
+        if self.road_xy.ndim != 2 or self.road_xy.shape[1] != 2:
+            raise SceneError(f"{self.source}: road points must be (P, 2), got "
+                             f"{self.road_xy.shape}.")
+        if k and (self.road_start[0] != 0 or self.road_start[-1] != self.road_xy.shape[0]
+                  or np.any(np.diff(self.road_start) < 1)):
+            raise SceneError(f"{self.source}: polyline offsets are inconsistent (empty "
+                             "polyline or wrong point count).")
+        return self
+
+
+def close_polygon(points: np.ndarray) -> np.ndarray:
+    """(n, 2) polygon outline -> the same with the first point repeated at the end (once)."""
+    if points.shape[0] >= 2 and not np.array_equal(points[0], points[-1]):
+        return np.concatenate([points, points[:1]], axis=0)
+    return points
+
+
+POLYGON_TYPES = (RoadType.CROSSWALK, RoadType.SPEED_BUMP, RoadType.DRIVEWAY)
+
+
+def pack_polylines(polylines: list[tuple[np.ndarray, int, int]]):
+    """[(points (n, 2), RoadType, feature id)] -> (road_xy, road_start, road_type, road_id).
+
+    Empty polylines are left out (the caller counts them); polygons get closed.
+    """
+    pts, types, ids, lens = [], [], [], []
+    for points, rtype, fid in polylines:
+        if points.shape[0] == 0:
+            continue
+        if rtype in POLYGON_TYPES:
+            points = close_polygon(points)
+        pts.append(points)
+        types.append(int(rtype))
+        ids.append(int(fid))
+        lens.append(points.shape[0])
+    road_xy = np.concatenate(pts, axis=0) if pts else np.zeros((0, 2), np.float64)
+    start = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=start[1:])
+    return (road_xy.astype(np.float64), start, np.asarray(types, np.int32),
+            np.asarray(ids, np.int64))

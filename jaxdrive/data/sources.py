@@ -1,0 +1,105 @@
+"""Input discovery: files and directories -> JSON scenes and WOMD TFRecord records.
+
+Every unusable input becomes a skip entry ``{"source", "reason"}``, never an exception
+deep inside the conversion.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from jaxdrive.config import ConfigError
+from jaxdrive.data.json_scene import read_json_scene
+from jaxdrive.data.raw import RawScene, SceneError
+from jaxdrive.data.tfrecord import (
+    TFRecordError,
+    check_record,
+    looks_like_tfrecord,
+    scan_records,
+)
+from jaxdrive.data.womd import parse_scenario
+
+JSON = "json"
+TFRECORD = "tfrecord"
+
+
+def file_kind(path: str) -> str | None:
+    """``"json"``, ``"tfrecord"`` or ``None`` for a file (by suffix, then by content)."""
+    name = os.path.basename(path).lower()
+    if name.endswith(".json"):
+        return JSON
+    if looks_like_tfrecord(path):
+        return TFRECORD
+    if "tfrecord" in name:  # named like one but the first header fails: report as such
+        return TFRECORD
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return None
+    return JSON if head.startswith(b"{") else None
+
+
+def expand_inputs(paths: list[str]) -> list[tuple[str, str | None]]:
+    """[(file, kind)] for files and directories (searched recursively, sorted).
+
+    Raises:
+      ConfigError: an input path does not exist.
+    """
+    out = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            found = []
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for name in sorted(files):
+                    low = name.lower()
+                    if low.endswith(".json") and low != "manifest.json" or "tfrecord" in low:
+                        found.append(os.path.join(root, name))
+            out.extend((f, file_kind(f)) for f in found)
+        elif os.path.isfile(p):
+            out.append((p, file_kind(p)))
+        else:
+            raise ConfigError(f"input '{p}' does not exist; pass JSON scene files, WOMD "
+                              "TFRecord files or directories holding them.")
+    return out
+
+
+def iter_items(files: list[tuple[str, str | None]], defer_crc: bool = False
+               ) -> Iterator[tuple]:
+    """Work items: ``("json", path)``, ``("proto", bytes, source, crc)`` or ``("skip",
+    entry)``. With ``defer_crc`` the payload CRC is checked by ``read_item`` (in a worker
+    process) instead of here; ``crc`` is then the stored value, else ``None``."""
+    for path, kind in files:
+        if kind == JSON:
+            yield (JSON, path)
+        elif kind == TFRECORD:
+            for rec in scan_records(path, defer_data_crc=defer_crc):
+                source = f"{path}#{rec.index}"
+                if rec.error:
+                    yield ("skip", {"source": source, "reason": rec.error})
+                else:
+                    yield ("proto", rec.data, source, rec.data_crc)
+        else:
+            yield ("skip", {"source": path, "reason": "not a JSON scene or a TFRecord file"})
+
+
+def read_item(item: tuple) -> RawScene:
+    """Read one work item into a ``RawScene``; ``SceneError`` if it is unusable."""
+    if item[0] == JSON:
+        return read_json_scene(item[1])
+    if item[0] == "proto":
+        if item[3] is not None:
+            try:
+                check_record(item[1], item[3], item[2])
+            except TFRecordError as e:
+                raise SceneError(str(e)) from None
+        return parse_scenario(item[1], item[2])
+    raise SceneError(item[1]["reason"])
+
+
+def item_source(item: tuple) -> str:
+    return {JSON: lambda: item[1], "proto": lambda: item[2],
+            "skip": lambda: item[1]["source"]}[item[0]]()

@@ -1,0 +1,17 @@
+"""Evaluation: evaluators as scan-based rollouts with on-device reductions.
+
+- ``suite``: evaluator sections from config (inheritance, templates, the clean macro).
+- ``rollout``: the jitted one-episode-per-scenario rollout.
+- ``evaluator`` / ``evaluators``: the ``Evaluator`` base and the five types.
+- ``planning``: the nuPlan-style closed-loop score.
+- ``runner``: suites of evaluators, the results file; ``manager``: evaluation in training.
+- ``run(params, suite)`` (``api``) for notebooks; ``python -m jaxdrive.eval`` (``cli``).
+"""
+
+
+def __getattr__(name):  # lazy: ``import jaxdrive.eval.suite`` stays light
+    if name == "run":
+        from jaxdrive.eval.api import run
+
+        return run
+    raise AttributeError(f"module 'jaxdrive.eval' has no attribute {name!r}")

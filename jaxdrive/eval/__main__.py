@@ -1,0 +1,7 @@
+"""``python -m jaxdrive.eval``: see ``jaxdrive.eval.cli``."""
+
+import sys
+
+from jaxdrive.eval.cli import main
+
+sys.exit(main())

@@ -1,0 +1,83 @@
+"""``jaxdrive.eval.run(params, suite)``: evaluate from a notebook or a script.
+
+``params`` is a run directory (its best checkpoint is loaded), a ``LoadedPolicy``
+(``jaxdrive.train.load_policy``), or raw parameters together with ``policy=``.
+``suite`` is a suite or evaluator name from the eval config file (default
+``configs/eval/default.yaml``), a config mapping (``{"eval": {...}, "suites": {...}}``),
+or a list of names, ``EvaluatorSpec`` s or ``Evaluator`` s. The env the evaluators start
+from is the run's (so observations match the policy); sections override it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxdrive.config import ConfigError, load_yaml
+from jaxdrive.env import EnvConfig
+from jaxdrive.eval.evaluator import Evaluator
+from jaxdrive.eval.evaluators import make_evaluators
+from jaxdrive.eval.runner import SuiteResult, run_evaluators, timestamped_dir
+from jaxdrive.eval.suite import EvaluatorSpec, select_suite
+from jaxdrive.scenarios.procedural import ProceduralConfig
+
+DEFAULT_SUITE_FILE = Path(__file__).resolve().parents[2] / "configs" / "eval" / "default.yaml"
+
+
+def _policy_and_configs(params, policy, env_config, procedural):
+    """(policy, params, env config, procedural config, step, run dir)."""
+    from jaxdrive.train.run import LoadedPolicy, load_policy
+
+    if isinstance(params, str | os.PathLike):
+        params = load_policy(params)
+    if isinstance(params, LoadedPolicy):
+        c = params.config
+        return (params.policy, params.params, env_config or c.env,
+                procedural or c.procedural, params.step, str(params.run_dir))
+    if policy is None:
+        raise ConfigError("jaxdrive.eval.run: raw parameters need policy= (a "
+                          "jaxdrive.models.Policy); or pass a run directory / LoadedPolicy.")
+    return (policy, params, env_config or EnvConfig(), procedural or ProceduralConfig(), 0,
+            None)
+
+
+def resolve_evaluators(suite, env_config: EnvConfig, procedural: ProceduralConfig,
+                       suite_file: str | os.PathLike | None = None) -> list[Evaluator]:
+    """Evaluators for ``suite`` (see the module doc)."""
+    if isinstance(suite, Mapping):
+        return make_evaluators(select_suite(suite, None, env_config, procedural))
+    if isinstance(suite, Sequence) and not isinstance(suite, str):
+        items = list(suite)
+        if all(isinstance(s, Evaluator) for s in items):
+            return items
+        if all(isinstance(s, EvaluatorSpec) for s in items):
+            return make_evaluators(items)
+    path = Path(suite_file) if suite_file else DEFAULT_SUITE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"eval config {path} not found; pass suite_file= or a "
+                                "config mapping as suite.")
+    data = load_yaml(str(path))
+    return make_evaluators(select_suite(data, suite, env_config, procedural))
+
+
+def run(params, suite: Any = "default", *, policy=None, env_config: EnvConfig | None = None,
+        procedural: ProceduralConfig | None = None, suite_file: str | None = None,
+        out_dir: str | os.PathLike | None = None, output_root: str = "eval_runs",
+        progress: bool = True, write: bool = True) -> SuiteResult:
+    """Evaluate ``params`` on ``suite``; returns a ``SuiteResult`` (``.metrics``,
+    ``.videos``, ``.to_pandas()``, ``.to_dict()``, ``result["NAME"]``).
+
+    Outputs (videos, ``results.json``) go to ``out_dir``, by default a new timestamped
+    directory under ``output_root``.
+    """
+    policy, params, env_config, procedural, step, run_dir = _policy_and_configs(
+        params, policy, env_config, procedural)
+    evaluators = resolve_evaluators(suite, env_config, procedural, suite_file)
+    out = Path(out_dir) if out_dir is not None else timestamped_dir(output_root)
+    result = run_evaluators(evaluators, policy, params, out_dir=out, step=step,
+                            progress=progress, checkpoint=run_dir)
+    if write:
+        result.write(out / "results.json")
+    return result

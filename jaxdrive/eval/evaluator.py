@@ -1,0 +1,273 @@
+"""The ``Evaluator`` base: scenario batches through the jitted episode rollout, sharded
+over the local devices, reduced to an ``EvalResult``.
+
+The loop lives here; subclasses override narrow hooks only:
+
+- ``env_config()``: the env the evaluator runs (``spec.env`` plus type overrides);
+- ``scenario_ids(n)``: which of the ``n`` loaded scenarios to play;
+- ``num_steps(env)``: rollout length (``spec.num_steps`` or one whole episode);
+- ``actors(env, policy)``: named ``Actor`` s, each evaluated on every scenario (the
+  first is the one rendered);
+- ``step_hook(env)``: optional ``(hook, reduce)`` for extra on-device quantities;
+- ``aggregate(rows, extras)``: metrics and per-scenario arrays from the fetched rows.
+
+Every scenario is played exactly once: the ids are cut into batches of
+``batch_size`` (rounded up to a multiple of the local device count), the last batch
+padded with masked rows. Each batch is one call of a function compiled once per
+evaluator and reused across calls (new parameters do not recompile).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxdrive.actors import Actor, policy_actor
+from jaxdrive.env import Env, EnvConfig
+from jaxdrive.eval.rollout import OUTCOMES, EpisodeRecord, make_episode_rollout, outcome
+from jaxdrive.eval.suite import EvaluatorSpec
+from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.train.validation import episode_steps
+from jaxdrive.types import Scenario
+
+
+@dataclass
+class EvalResult:
+    """What one evaluator returns (plain Python data, JSON-ready via ``to_dict``).
+
+    Attributes:
+      name, type: the evaluator.
+      status: ``ok`` or ``failed`` (then ``error`` holds the reason and traceback).
+      metrics: name -> float.
+      per_scenario: name -> list over scenarios (same order as ``scenario_ids``).
+      episodes: one record per played episode (actor, env index, scenario id, start and
+        end step, outcome, counts).
+      videos: paths of the rendered mp4s.
+      eval_seconds: wall time of the evaluation (compile included on the first call);
+      compile_seconds: time spent compiling in this call.
+      config: the resolved evaluator section.
+    """
+
+    name: str
+    type: str
+    status: str = "ok"
+    metrics: dict[str, float] = field(default_factory=dict)
+    per_scenario: dict[str, list] = field(default_factory=dict)
+    episodes: list[dict] = field(default_factory=list)
+    videos: list[str] = field(default_factory=list)
+    eval_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    error: str | None = None
+    config: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def records(self) -> list[dict]:
+        """The per-episode records with the evaluator's name (for a DataFrame)."""
+        return [{"evaluator": self.name, **e} for e in self.episodes]
+
+
+def _rate(num: np.ndarray, den: np.ndarray) -> float:
+    d = float(np.sum(den))
+    return float(np.sum(num)) / d if d > 0 else 0.0
+
+
+def base_metrics(rows: dict[str, np.ndarray]) -> dict[str, float]:
+    """Rates over ego agent-episodes of the played scenarios (``rows``: fetched
+    ``EpisodeRecord`` fields of the valid rows)."""
+    ego = rows["ego_agents"]
+    return {
+        "goal_rate": _rate(rows["goals"], ego),
+        "collision_rate": _rate(rows["collisions"], ego),
+        "offroad_rate": _rate(rows["offroads"], ego),
+        "episode_return": _rate(rows["return_sum"], ego),
+        "episode_length": _rate(rows["length_sum"], ego),
+        "agent_episodes": float(np.sum(ego)),
+        "scenarios": float(len(ego)),
+        "finished_rate": float(np.mean(rows["finished"])) if len(ego) else 0.0,
+    }
+
+
+class Evaluator:
+    """Base class (see the module doc). Construct with a resolved ``EvaluatorSpec``."""
+
+    type_name: ClassVar[str] = ""
+
+    def __init__(self, spec: EvaluatorSpec, name: str | None = None):
+        self.spec = spec
+        self.name = name or spec.name
+        self._setup: dict | None = None
+        self._setup_key = None
+
+    # ------------------------------------------------------------------ hooks
+    def env_config(self) -> EnvConfig:
+        return self.spec.env
+
+    def load_scenarios(self, env_config: EnvConfig) -> Scenario:
+        """The evaluator's scenario set (batched, leading axis N)."""
+        if self.spec.scenarios:
+            from jaxdrive.data import load_scenarios
+
+            scenes, _ = load_scenarios(list(self.spec.scenarios), env_config.scenario)
+            return jax.tree.map(jnp.asarray, scenes)
+        from jaxdrive.scenarios.procedural import generate_batch
+
+        return generate_batch(jax.random.key(self.spec.seed), self.spec.num_scenarios,
+                              self.spec.procedural, env_config.scenario)
+
+    def scenario_ids(self, num_available: int) -> np.ndarray:
+        """Pool indices to play, each once (default: the first ``num_scenarios``)."""
+        return np.arange(min(self.spec.num_scenarios, num_available), dtype=np.int32)
+
+    def num_steps(self, env: Env) -> int:
+        return self.spec.num_steps or episode_steps(env)
+
+    def actors(self, env: Env, policy) -> dict[str, Actor]:
+        return {"policy": policy_actor(env, policy, deterministic=self.spec.deterministic)}
+
+    def step_hook(self, env: Env):
+        return None
+
+    def aggregate(self, rows: dict[str, dict[str, np.ndarray]], extras: dict[str, Any]
+                  ) -> tuple[dict[str, float], dict[str, list]]:
+        """Metrics and per-scenario lists from each actor's fetched rows."""
+        r = rows[next(iter(rows))]
+        per = {k: r[k].tolist() for k in ("goals", "collisions", "offroads", "ego_agents")}
+        return base_metrics(r), per
+
+    # ------------------------------------------------------------------ driver
+    def _build(self, policy) -> dict:
+        """Env, pool, sharding and the compiled rollouts (once per policy object)."""
+        key = id(policy)
+        if self._setup is not None and self._setup_key == key:
+            return self._setup
+        env_config = self.env_config()
+        env = Env(env_config)
+        scenes = self.load_scenarios(env_config)
+        env_params = env.make_params(make_pool(scenes, env_config.road_index))
+        n = int(scenes.objects.xy.shape[0])
+        ids = self.scenario_ids(n)
+        devices = jax.local_devices()
+        d = len(devices)
+        batch = min(self.spec.batch_size, len(ids))
+        batch = -(-batch // d) * d
+        mesh = Mesh(np.array(devices), ("scenarios",))
+        rows = NamedSharding(mesh, PartitionSpec("scenarios"))
+        env_params = jax.device_put(env_params, NamedSharding(mesh, PartitionSpec()))
+        hook = self.step_hook(env)
+        steps = self.num_steps(env)
+        runs = {}
+        for actor_name, actor in self.actors(env, policy).items():
+            fn = make_episode_rollout(env, actor, steps, *(hook or (None, None)))
+            runs[actor_name] = jax.jit(fn)
+        self._setup = dict(env=env, env_params=env_params, ids=ids, batch=batch,
+                           rows=rows, runs=runs, steps=steps)
+        self._setup_key = key
+        return self._setup
+
+    def run(self, policy, params, out_dir: str | Path | None = None, step: int = 0,
+            progress: Callable[[int, int], None] | None = None) -> EvalResult:
+        """Evaluate ``params`` of ``policy``; never raises (a failure is a ``failed``
+        result with the error). Videos go to ``out_dir/NAME/render/VIEW/`` when the
+        spec's render section is enabled and ``out_dir`` is given."""
+        result = EvalResult(name=self.name, type=self.type_name,
+                            config=dict(self.spec.resolved))
+        t0 = time.perf_counter()
+        try:
+            self._evaluate(policy, params, result, out_dir, step, progress)
+        except Exception as e:  # a failing evaluator must not stop the others
+            result.status = "failed"
+            result.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        result.eval_seconds = time.perf_counter() - t0
+        return result
+
+    def _evaluate(self, policy, params, result: EvalResult, out_dir, step, progress):
+        s = self._build(policy)
+        ids, batch = s["ids"], s["batch"]
+        num_batches = -(-len(ids) // batch)
+        fetched: dict[str, list] = {name: [] for name in s["runs"]}
+        extras: dict[str, list] = {name: [] for name in s["runs"]}
+        key = jax.random.key(self.spec.seed)
+        done = 0
+        for name, fn in s["runs"].items():
+            for i in range(num_batches):
+                chunk = ids[i * batch:(i + 1) * batch]
+                valid = np.zeros((batch,), bool)
+                valid[:len(chunk)] = True
+                padded = np.zeros((batch,), np.int32)
+                padded[:len(chunk)] = chunk
+                tc = time.perf_counter()
+                compiled_before = fn._cache_size()
+                record, extra = fn(params, s["env_params"],
+                                   jax.device_put(padded, s["rows"]),
+                                   jax.device_put(valid, s["rows"]),
+                                   jax.random.fold_in(key, i))
+                record, extra = jax.device_get((record, extra))
+                if fn._cache_size() > compiled_before:
+                    result.compile_seconds += time.perf_counter() - tc
+                fetched[name].append(record)
+                extras[name].append(extra)
+                done += 1
+                if progress is not None:
+                    progress(done, num_batches * len(s["runs"]))
+        rows = {}
+        for name, records in fetched.items():
+            cat = {f: np.concatenate([getattr(r, f) for r in records])
+                   for f in EpisodeRecord.__dataclass_fields__}
+            valid = cat.pop("valid")
+            rows[name] = {f: v[valid] for f, v in cat.items()}
+            ex = extras[name]
+            extras[name] = None if ex[0] is None else jax.tree.map(
+                lambda *xs, valid=valid: np.concatenate(xs)[valid], *ex)
+            result.episodes.extend(self._episodes(name, rows[name]))
+        result.metrics, result.per_scenario = self.aggregate(rows, extras)
+        result.per_scenario["scenario_id"] = [int(i) for i in ids]
+        if self.spec.render.enabled and out_dir is not None:
+            result.videos = self._render(policy, params, out_dir, step)
+
+    def _episodes(self, actor_name: str, rows: dict[str, np.ndarray]) -> list[dict]:
+        out = []
+        batch = self._setup["batch"]
+        for j in range(len(rows["scenario_id"])):
+            row = {k: v[j].item() if v[j].ndim == 0 else v[j].tolist() for k, v in rows.items()
+                   if k not in ("trial_reached", "trial_length")}
+            rec = {"actor": actor_name, "env_index": j % batch, "batch": j // batch,
+                   "scenario_id": row["scenario_id"], "start_step": 0,
+                   "end_step": row["end_step"], "outcome": outcome(row),
+                   "ego_agents": row["ego_agents"], "goals": row["goals"],
+                   "collisions": row["collisions"], "offroads": row["offroads"],
+                   "return": row["return_sum"]}
+            assert rec["outcome"] in OUTCOMES
+            out.append(rec)
+        return out
+
+    def _render(self, policy, params, out_dir, step) -> list[str]:
+        from jaxdrive.render.record import Recorder, VideoConfig, record
+        from jaxdrive.render.video import VideoSink
+
+        s = self._setup
+        r = self.spec.render
+        ids = s["ids"][: r.num_scenarios]
+        env = s["env"]
+        if "recorder" not in s:
+            video = VideoConfig(num_envs=len(ids), num_steps=r.steps, views=r.views,
+                                width=r.width, height=r.height)
+            actor = next(iter(self.actors(env, policy).values()))
+            s["recorder"] = Recorder(env, actor, video)
+        recorder = s["recorder"]
+        frames = r.steps or episode_steps(env)
+        with VideoSink(recorder, out_dir, f"{self.name}/render", step,
+                       env_indices=[int(i) for i in ids]) as sink:
+            record(recorder, params, s["env_params"], ids, frames, sink,
+                   jax.random.key(self.spec.seed))
+        return [str(p) for p in sink.paths.values()]

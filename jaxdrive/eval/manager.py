@@ -1,0 +1,140 @@
+"""Evaluation during training: run the evaluators whose interval divides the iteration.
+
+``mode: inline`` evaluators run in the training process on the same device, each
+compiled once per run and reused with new parameters. ``mode: subprocess`` evaluators
+run ``python -m jaxdrive.eval`` against the run's latest checkpoint (saved just
+before) in a child process while training goes on; their results are collected at a
+later iteration and logged then (with ``NAME/source_step``, the step they evaluated).
+
+Everything an evaluator reports is logged as ``NAME/metric``, plus
+``NAME/eval_seconds`` and ``NAME/compile_seconds``; results files go to
+``RUN_DIR/eval/stepSTEP.json`` and videos to ``RUN_DIR/eval/NAME/render/VIEW/``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from jaxdrive.eval.evaluator import EvalResult
+from jaxdrive.eval.evaluators import make_evaluators
+from jaxdrive.eval.runner import SuiteResult
+from jaxdrive.eval.suite import EvaluatorSpec
+
+
+def result_metrics(result: EvalResult) -> dict[str, float]:
+    """``NAME/metric`` for logging, ``NAME/failed`` = 1 for a failed evaluator."""
+    out = {f"{result.name}/{k}": v for k, v in result.metrics.items()}
+    out[f"{result.name}/eval_seconds"] = result.eval_seconds
+    out[f"{result.name}/compile_seconds"] = result.compile_seconds
+    out[f"{result.name}/failed"] = float(result.status != "ok")
+    return out
+
+
+class EvalManager:
+    """Dispatches due evaluators during a training run (see the module doc).
+
+    Args:
+      specs: resolved evaluator specs (disabled ones and interval 0 never run here).
+      policy: the trained policy object (fixed for the run).
+      run_dir: the training run directory.
+      suite_file, suite: where the specs came from (for subprocess evaluators).
+      log: a ``print``-like function for warnings.
+    """
+
+    def __init__(self, specs: list[EvaluatorSpec], policy, run_dir: str | Path,
+                 suite_file: str | None = None, log=print):
+        self.specs = [s for s in specs if s.enabled and s.interval > 0]
+        self.policy = policy
+        self.run_dir = Path(run_dir)
+        self.out_dir = self.run_dir / "eval"
+        self.suite_file = suite_file
+        self.log = log
+        self.inline = {s.name: make_evaluators([s]) for s in self.specs
+                       if s.mode == "inline"}
+        self._children: list[tuple[subprocess.Popen, Path, int, str]] = []
+
+    @property
+    def pending(self) -> int:
+        """Subprocess evaluations still to collect."""
+        return len(self._children)
+
+    def due(self, iteration: int, final: bool = False) -> list[EvaluatorSpec]:
+        return [s for s in self.specs if iteration % s.interval == 0 or final]
+
+    def needs_checkpoint(self, iteration: int, final: bool = False) -> bool:
+        """A subprocess evaluator is due: save a checkpoint first."""
+        return any(s.mode == "subprocess" for s in self.due(iteration, final))
+
+    def run(self, iteration: int, step: int, params, final: bool = False
+            ) -> tuple[dict[str, float], list[tuple[str, str]]]:
+        """Run the due inline evaluators, launch the due subprocess ones, collect the
+        finished children. Returns (metrics, [(wandb key, video path)])."""
+        metrics: dict[str, float] = {}
+        videos: list[tuple[str, str]] = []
+        results = []
+        for spec in self.due(iteration, final):
+            if spec.mode == "subprocess":
+                self._launch(spec, step)
+                continue
+            for ev in self.inline[spec.name]:
+                r = ev.run(self.policy, params, out_dir=self.out_dir, step=step)
+                if r.status != "ok":
+                    self.log(f"warning: evaluator {r.name} failed at step {step}: "
+                             f"{(r.error or '').splitlines()[0]}")
+                results.append(r)
+                metrics.update(result_metrics(r))
+                videos += [(f"{r.name}/render/{Path(p).parent.name}", p) for p in r.videos]
+        if results:
+            SuiteResult(results=results, out_dir=str(self.out_dir), step=step,
+                        checkpoint=str(self.run_dir)).write(
+                self.out_dir / f"step{step:010d}.json")
+        collected, more = self.collect(wait=final)
+        metrics.update(collected)
+        return metrics, videos + more
+
+    def _launch(self, spec: EvaluatorSpec, step: int) -> None:
+        if self.suite_file is None:
+            self.log(f"warning: evaluator {spec.name} has mode subprocess but the run has "
+                     "no evaluation.suite_file; skipped.")
+            return
+        out = self.out_dir / spec.name / f"step{step:010d}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "jaxdrive.eval", "--config", self.suite_file,
+               "--checkpoint", str(self.run_dir), "--which", "last", "--suite", spec.name,
+               "--out", str(out), "--output-root", str(self.out_dir / spec.name),
+               "--no-progress"]
+        log = open(out.with_suffix(".log"), "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self._children.append((proc, out, step, spec.name))
+
+    def collect(self, wait: bool = False) -> tuple[dict[str, float], list]:
+        """Metrics of finished subprocess evaluations (all of them when ``wait``)."""
+        metrics: dict[str, float] = {}
+        videos = []
+        running = []
+        for proc, out, step, name in self._children:
+            if wait:
+                proc.wait()
+            if proc.poll() is None:
+                running.append((proc, out, step, name))
+                continue
+            if not out.is_file():
+                self.log(f"warning: subprocess evaluator {name} (step {step}) wrote no "
+                         f"results; see {out.with_suffix('.log')}")
+                metrics[f"{name}/failed"] = 1.0
+                continue
+            data = json.loads(out.read_text())
+            for ev_name, ev in data["evaluators"].items():
+                r = EvalResult(name=ev_name, type=ev["type"], status=ev["status"],
+                               metrics=ev["metrics"], eval_seconds=ev["eval_seconds"],
+                               compile_seconds=ev["compile_seconds"], error=ev["error"])
+                metrics.update(result_metrics(r))
+                metrics[f"{ev_name}/source_step"] = float(step)
+                videos += [(f"{ev_name}/render/{Path(p).parent.name}", p)
+                           for p in ev["videos"]]
+        self._children = running
+        return metrics, videos

@@ -1,0 +1,147 @@
+"""Running a suite of evaluators and writing its results file.
+
+Results file (JSON, ``RESULTS_VERSION``)::
+
+    {"version": 1, "status": "ok" | "failed" | "partial", "created": ISO time,
+     "step": run step of the evaluated parameters, "checkpoint": RUN_DIR or null,
+     "wall_seconds": ..., "out_dir": ..., "config": {NAME: resolved section},
+     "evaluators": {NAME: {"type", "status", "metrics", "per_scenario", "episodes",
+                           "videos", "eval_seconds", "compile_seconds", "error",
+                           "config"}}}
+
+``partial``: some evaluators failed, others not. A failed evaluator keeps its record
+with the error; the others still run.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jaxdrive.eval.evaluator import EvalResult, Evaluator
+
+RESULTS_VERSION = 1
+
+
+def _finite(x: Any) -> Any:
+    """JSON-safe copy: NaN / inf floats become None."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    return x
+
+
+@dataclass
+class SuiteResult:
+    """Results of several evaluators, as plain Python data."""
+
+    results: list[EvalResult]
+    wall_seconds: float = 0.0
+    out_dir: str | None = None
+    step: int = 0
+    checkpoint: str | None = None
+    created: str = field(default_factory=lambda: datetime.datetime.now().isoformat(
+        timespec="seconds"))
+
+    @property
+    def status(self) -> str:
+        failed = sum(r.status != "ok" for r in self.results)
+        if failed == 0:
+            return "ok"
+        return "failed" if failed == len(self.results) else "partial"
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """``NAME/metric`` -> value over every evaluator, plus ``NAME/eval_seconds``."""
+        out = {}
+        for r in self.results:
+            out.update({f"{r.name}/{k}": v for k, v in r.metrics.items()})
+            out[f"{r.name}/eval_seconds"] = r.eval_seconds
+        return out
+
+    @property
+    def videos(self) -> list[str]:
+        return [v for r in self.results for v in r.videos]
+
+    def __getitem__(self, name: str) -> EvalResult:
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(f"no evaluator '{name}'; have {[r.name for r in self.results]}")
+
+    def records(self) -> list[dict]:
+        """One row per episode over every evaluator."""
+        return [row for r in self.results for row in r.records()]
+
+    def to_pandas(self):
+        """The per-episode records as a ``pandas.DataFrame`` (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.records())
+
+    def to_dict(self) -> dict:
+        return _finite({
+            "version": RESULTS_VERSION, "status": self.status, "created": self.created,
+            "step": self.step, "checkpoint": self.checkpoint,
+            "wall_seconds": self.wall_seconds, "out_dir": self.out_dir,
+            "config": {r.name: r.config for r in self.results},
+            "evaluators": {r.name: {k: v for k, v in r.to_dict().items() if k != "name"}
+                           for r in self.results},
+        })
+
+    def write(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+        os.replace(tmp, path)
+        return path
+
+
+def timestamped_dir(parent: str | os.PathLike, name: str = "eval") -> Path:
+    """``parent/NAME-YYYYmmdd-HHMMSS`` (with a suffix if taken), created."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(parent) / f"{name}-{stamp}"
+    path, i = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            path, i = Path(f"{base}-{i}"), i + 1
+
+
+def run_evaluators(evaluators: list[Evaluator], policy, params,
+                   out_dir: str | os.PathLike | None = None, step: int = 0,
+                   progress: bool = True, checkpoint: str | None = None) -> SuiteResult:
+    """Run each evaluator in turn (a failure is recorded, the rest still run)."""
+    t0 = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(evaluators), unit="evaluator", desc="eval")
+    results = []
+    try:
+        for ev in evaluators:
+            if bar is not None:
+                bar.set_postfix_str(ev.name)
+            results.append(ev.run(policy, params, out_dir=out_dir, step=step))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return SuiteResult(results=results, wall_seconds=time.perf_counter() - t0,
+                       out_dir=None if out_dir is None else str(out_dir), step=step,
+                       checkpoint=checkpoint)

@@ -1,0 +1,244 @@
+"""Recorded rollouts: frames come out of the same jitted scan as the env steps.
+
+A ``Recorder`` compiles one function that advances ``B`` environments by ``chunk_steps``
+steps (``lax.scan``: render every view of the current state, act, step) and returns that
+chunk's frames and overlay facts. The host calls it until the requested number of
+frames is out, handing each chunk to a sink (video encoders, a PNG grabber), so memory
+holds at most one chunk of frames however long the episode. Frame ``i`` shows the state
+after ``i`` steps: frame index = step index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxdrive.actors import Actor, controller_actor, policy_actor  # noqa: F401 (re-export)
+from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int, check_range
+from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
+from jaxdrive.render.raster import EGO_METRES_PER_PIXEL, VIEWS, RenderConfig, render_state
+from jaxdrive.types import EntityKind
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoConfig(ConfigBase):
+    """What a recording draws and how it is chunked.
+
+    Attributes:
+      every: in training, record every this many iterations (0 = never).
+      num_envs: environments recorded side by side (one video each per view).
+      num_steps: frames per video; 0 = one whole episode (every trial in trial mode).
+      views: ``scene`` and/or ``ego`` (one video per env per view).
+      width, height: pixels (even: the H.264 encoder needs it).
+      ego_metres_per_pixel: scale of the ego view (the scene view fits the map).
+      ego_agent: agent slot the ego view follows.
+      fps: frames per second of the mp4.
+      chunk_steps: frames computed per device call and held in memory at once.
+      trail_steps: past positions drawn behind each agent (0 = no trails).
+      overlay: draw step, trial and counts on the frames (host side).
+    """
+
+    every: int = 0
+    num_envs: int = 2
+    num_steps: int = 0
+    views: tuple[str, ...] = ("scene", "ego")
+    width: int = 256
+    height: int = 256
+    ego_metres_per_pixel: float = EGO_METRES_PER_PIXEL
+    ego_agent: int = 0
+    fps: int = 10
+    chunk_steps: int = 16
+    trail_steps: int = 10
+    overlay: bool = True
+
+    def __post_init__(self):
+        check_int("every", self.every, 0, None)
+        check_int("num_envs", self.num_envs, 1, 4096)
+        check_int("num_steps", self.num_steps, 0, 1_000_000)
+        if not self.views or len(set(self.views)) != len(self.views):
+            raise ConfigError(f"config key 'views' = {list(self.views)} must list distinct "
+                              f"views out of {list(VIEWS)}.")
+        for v in self.views:
+            check_choice("views", v, VIEWS)
+        for name in ("width", "height"):
+            check_int(name, getattr(self, name), 2, 8192)
+            if getattr(self, name) % 2:
+                raise ConfigError(f"config key '{name}' = {getattr(self, name)} must be even "
+                                  "(H.264 video needs even frame sizes).")
+        check_range("ego_metres_per_pixel", self.ego_metres_per_pixel, 0.0, None,
+                    lo_open=True)
+        check_int("ego_agent", self.ego_agent, 0)
+        check_int("fps", self.fps, 1, 240)
+        check_int("chunk_steps", self.chunk_steps, 1, 100_000)
+        check_int("trail_steps", self.trail_steps, 0, 1000)
+
+    def render_configs(self) -> tuple[RenderConfig, ...]:
+        """One ``RenderConfig`` per view, in ``views`` order."""
+        out = []
+        for v in self.views:
+            mpp = self.ego_metres_per_pixel if v == "ego" else None
+            out.append(RenderConfig(width=self.width, height=self.height, view=v,
+                                    metres_per_pixel=mpp, ego_agent=self.ego_agent))
+        return tuple(out)
+
+
+@struct.dataclass
+class FrameInfo:
+    """Per-frame facts for the overlay, each (C, B) int32 for a chunk of C frames.
+
+    Attributes:
+      step: steps taken in the episode (the env's ``state.step``).
+      trial: trial index (0 outside trial mode).
+      controlled: controlled agents present.
+      at_goal: controlled agents that reached their goal in this trial.
+      collided, offroad: controlled agents colliding / off the road in this frame.
+    """
+
+    step: jax.Array
+    trial: jax.Array
+    controlled: jax.Array
+    at_goal: jax.Array
+    collided: jax.Array
+    offroad: jax.Array
+
+
+@struct.dataclass
+class RecordCarry:
+    """What the recording scan carries between chunks (B environments, K trail slots)."""
+
+    state: EnvState
+    timestep: TimeStep
+    actor: Any
+    trail_xy: jax.Array  # (B, A, K, 2) float32, newest first
+    trail_valid: jax.Array  # (B, A, K) bool
+    key: jax.Array
+
+
+class Recorder:
+    """Compiled recording of ``num_envs`` environments (see the module doc).
+
+    ``start(params, env_params, scenario_ids, key)`` resets env ``b`` to pool scenario
+    ``scenario_ids[b]``; ``chunk(params, env_params, carry)`` returns the next carry,
+    frames (C, B, V, H, W, 3) uint8 and a ``FrameInfo``. Each is compiled once per
+    argument shapes.
+    """
+
+    def __init__(self, env: Env, actor: Actor, config: VideoConfig):
+        self.env = env
+        self.actor = actor
+        self.config = config
+        self.views = config.render_configs()
+        self.start = jax.jit(self._start)
+        self.chunk = jax.jit(self._chunk, donate_argnums=2)
+
+    @property
+    def num_trials(self) -> int:
+        c = self.env.config
+        return c.num_trials if c.goal_behavior == "trial" else 1
+
+    def _start(self, params, env_params: EnvParams, scenario_ids: jax.Array, key: jax.Array):
+        del params
+        k_reset, k_run = jax.random.split(key)
+        b = scenario_ids.shape[0]
+        keys = jax.random.split(k_reset, b)
+        state, ts = jax.vmap(self.env.reset_to, in_axes=(None, 0, 0))(
+            env_params, scenario_ids.astype(jnp.int32), keys)
+        a, k = self.env.config.scenario.max_agents, max(1, self.config.trail_steps)
+        return RecordCarry(
+            state=state, timestep=ts, actor=self.actor.init(b),
+            trail_xy=jnp.zeros((b, a, k, 2), jnp.float32),
+            trail_valid=jnp.zeros((b, a, k), bool), key=k_run,
+        )
+
+    def _frames(self, env_params, carry: RecordCarry) -> jax.Array:
+        """(B, V, H, W, 3) uint8: every view of every env's current state."""
+        trails = carry.trail_xy, carry.trail_valid
+        if self.config.trail_steps == 0:
+            trails = None, None
+        axes = (None, None, 0, 0, 0 if trails[0] is not None else None,
+                0 if trails[1] is not None else None)
+        views = [
+            jax.vmap(render_state, in_axes=axes)(view, env_params, carry.state,
+                                                  carry.timestep, *trails)
+            for view in self.views
+        ]
+        return jnp.stack(views, axis=1)
+
+    @staticmethod
+    def _info(state: EnvState, ts: TimeStep) -> FrameInfo:
+        controlled = (state.kind == EntityKind.CONTROLLED) & state.agents.valid & ~state.removed
+        current = ~(ts.episode_done | ts.trial_done)[:, None]
+        count = lambda m: jnp.sum(m & controlled, axis=-1).astype(jnp.int32)
+        return FrameInfo(
+            step=state.step.astype(jnp.int32), trial=state.trial.astype(jnp.int32),
+            controlled=count(controlled), at_goal=count(state.reached),
+            collided=count(ts.metrics.collided & current),
+            offroad=count(ts.metrics.offroad & current),
+        )
+
+    def _chunk(self, params, env_params: EnvParams, carry: RecordCarry):
+        def body(carry: RecordCarry, _):
+            frames = self._frames(env_params, carry)
+            info = self._info(carry.state, carry.timestep)
+            key, k_act = jax.random.split(carry.key)
+            action, actor_carry = self.actor.act(params, carry.actor, env_params,
+                                                 carry.state, carry.timestep, k_act)
+            state, ts = self.env.step_batch(env_params, carry.state, action)
+            # The trail holds the positions of earlier frames of the same trial.
+            present = carry.state.agents.valid & ~carry.state.removed
+            trail_xy = jnp.concatenate(
+                [carry.state.agents.xy[:, :, None], carry.trail_xy[:, :, :-1]], axis=2)
+            trail_valid = jnp.concatenate(
+                [present[:, :, None], carry.trail_valid[:, :, :-1]], axis=2)
+            restart = (ts.episode_done | ts.trial_done)[:, None, None]
+            trail_valid = trail_valid & ~restart
+            new = RecordCarry(state=state, timestep=ts, actor=actor_carry,
+                              trail_xy=trail_xy, trail_valid=trail_valid, key=key)
+            return new, (frames, info)
+
+        return jax.lax.scan(body, carry, None, length=self.config.chunk_steps)
+
+
+Sink = Callable[[int, np.ndarray, FrameInfo], None]
+
+
+def record(recorder: Recorder, params, env_params: EnvParams, scenario_ids, num_frames: int,
+           sink: Sink, key: jax.Array, progress: Callable[[int], None] | None = None) -> int:
+    """Run the recording and hand its frames to ``sink`` chunk by chunk.
+
+    Args:
+      recorder: the compiled recording.
+      params: the actor's parameters (ignored by controllers).
+      env_params: the env's params (its pool holds the scenarios).
+      scenario_ids: (B,) int, pool scenario of each recorded env.
+      num_frames: frames per env; the last chunk is cut to fit.
+      sink: ``sink(first_frame, frames (n, B, V, H, W, 3) uint8, info (n, B))`` on the
+        host, called with consecutive chunks, ``n <= chunk_steps``.
+      key: PRNG key (resets and sampled actions).
+      progress: optional ``progress(frames_done)`` after each chunk.
+    Returns:
+      the number of frames delivered (``num_frames``).
+    """
+    if num_frames < 1:
+        raise ConfigError(f"record needs at least one frame, got num_frames={num_frames}.")
+    ids = jnp.asarray(scenario_ids, jnp.int32)
+    if ids.shape != (recorder.config.num_envs,):
+        raise ConfigError(f"scenario_ids has shape {tuple(ids.shape)}, expected "
+                          f"({recorder.config.num_envs},) = (video num_envs,).")
+    carry = recorder.start(params, env_params, ids, key)
+    done = 0
+    while done < num_frames:
+        carry, (frames, info) = recorder.chunk(params, env_params, carry)
+        frames, info = jax.device_get((frames, info))
+        n = min(frames.shape[0], num_frames - done)
+        sink(done, frames[:n], jax.tree.map(lambda x, n=n: x[:n], info))
+        done += n
+        if progress is not None:
+            progress(done)
+    return done

@@ -1,0 +1,241 @@
+"""JSON scenes: reader errors, a written scene read back, and the real WOMD JSON scenes in
+``../shared/data/womd_json`` (skipped when absent): load, sanity checks, log replay of
+every expert to 1e-4 m, and the env stepped on them in every control mode."""
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdrive.controllers import log_replay
+from jaxdrive.data import check_scenarios, load_scenarios, read_json_scene
+from jaxdrive.data.convert import ConvertConfig
+from jaxdrive.data.json_scene import scene_from_dict
+from jaxdrive.data.raw import SceneError
+from jaxdrive.data.synth import raw_to_json, synth_scenario
+from jaxdrive.data.womd import parse_scenario
+from jaxdrive.env import CONTROL_MODES, Env, EnvConfig
+from jaxdrive.scenarios.base import ScenarioConfig, validate_scenario
+from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.types import EntityKind, RoadType
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "womd_json"
+REAL = sorted(DATA.glob("*.json")) if DATA.is_dir() else []
+needs_real = pytest.mark.skipif(not REAL, reason=f"real JSON scenes not found in {DATA}")
+
+# 81 objects in the largest scene: 96 slots keep every agent of all three.
+SC = ScenarioConfig(max_agents=96, num_steps=91, max_road_points=2048, max_lanes=128)
+INIT = 10
+
+
+def test_written_json_scene_reads_back(tmp_path):
+    raw = parse_scenario(synth_scenario(4, num_objects=5, num_steps=12, num_lanes=2,
+                                        lane_points=6, num_edges=1, edge_points=4,
+                                        num_lines=1, line_points=3,
+                                        num_lights=2).SerializeToString())
+    raw.of_interest[2] = True
+    raw.to_predict[[1, 3]] = True
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(raw_to_json(raw)))
+    back = read_json_scene(path)
+    assert back.scenario_id == raw.scenario_id and back.sdc_index == raw.sdc_index
+    for name in ("valid", "object_type", "object_id", "of_interest", "to_predict",
+                 "road_start", "road_type", "road_id", "tl_lane", "tl_state", "tl_valid"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(raw, name), err_msg=name)
+    v = raw.valid
+    for name in ("xy", "yaw", "vel"):
+        np.testing.assert_array_equal(getattr(back, name)[v], getattr(raw, name)[v],
+                                      err_msg=name)
+    np.testing.assert_array_equal(back.road_xy, raw.road_xy)
+    np.testing.assert_allclose(back.length, raw.length, rtol=1e-7)
+    np.testing.assert_array_equal(back.tl_stop_xy, raw.tl_stop_xy)
+
+
+def test_json_errors_name_the_problem(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"objects": [1, 2')
+    with pytest.raises(SceneError, match="bad.json: malformed JSON"):
+        read_json_scene(bad)
+    with pytest.raises(SceneError, match="missing field 'roads'"):
+        scene_from_dict({"objects": []}, "x.json")
+    obj = {"position": [{"x": 0, "y": 0}], "heading": [0.0, 1.0], "velocity": [{"x": 0,
+           "y": 0}], "valid": [True], "width": 2, "length": 4, "type": "vehicle"}
+    with pytest.raises(SceneError, match=r"objects\[0\].*must all have 1 steps"):
+        scene_from_dict({"objects": [obj], "roads": []}, "x.json")
+    degrees = dict(obj, heading=[90.0], position=[{"x": 1, "y": 2}])
+    raw = scene_from_dict({"objects": [degrees], "roads": [], "metadata": {
+        "sdc_track_index": 0}}, "x.json")
+    np.testing.assert_allclose(raw.yaw, [[np.pi / 2]])
+    assert any("degrees" in n for n in raw.notes)
+
+
+# ---------------------------------------------------------------------- real scenes
+@pytest.fixture(scope="module")
+def real():
+    if not REAL:
+        pytest.skip(f"real JSON scenes not found in {DATA}")
+    scen, report = load_scenarios([str(p) for p in REAL], SC, ConvertConfig(init_step=INIT))
+    return scen, report, [json.loads(p.read_text()) for p in REAL]
+
+
+@needs_real
+def test_real_scenes_load_and_pass_checks(real):
+    scen, report, raws = real
+    assert report["num_scenarios"] == len(REAL) and report["skipped"] == []
+    assert report["truncated_agents"] == 0
+    validate_scenario(scen, SC, batch_dims=1)
+    check_scenarios(scen, SC, init_step=INIT, names=report["scenario_ids"])
+    for i, data in enumerate(raws):
+        assert report["scenario_ids"][i] == data["scenario_id"]
+        sdc = data["objects"][data["metadata"]["sdc_track_index"]]
+        p = sdc["position"][INIT]
+        np.testing.assert_allclose(report["origins"][i], [p["x"], p["y"]], rtol=0, atol=1e-9)
+        assert scen.objects.is_sdc[i, 0] and scen.objects.is_sdc[i].sum() == 1
+        np.testing.assert_allclose(scen.objects.xy[i, 0, INIT], [0.0, 0.0], atol=1e-6)
+        n_valid = sum(any(o["valid"]) for o in data["objects"])
+        assert scen.objects.valid[i].any(axis=1).sum() == n_valid
+        assert (scen.roadgraph.valid[i] & (scen.roadgraph.type[i] == RoadType.ROAD_EDGE)).any()
+        kept = report["scenarios"][i]
+        assert kept["num_road_points"] + kept["truncated_road_points"] == sum(
+            len(r["geometry"]) + (r["type"] in ("crosswalk", "speed_bump", "driveway")
+                                  and r["geometry"][0] != r["geometry"][-1])
+            for r in data["roads"])
+
+
+def logged_positions(data, origin):
+    """(objects, T, 2) float64 logged positions relative to ``origin``, and validity."""
+    xy = np.array([[(p["x"], p["y"]) for p in o["position"]] for o in data["objects"]])
+    valid = np.array([o["valid"] for o in data["objects"]])
+    return xy - origin, valid
+
+
+# One env per control mode, all on the same pool; each compiles reset and step once.
+_ENVS = {}
+
+
+def env_for(mode):
+    """Env, jitted reset_to, and a jitted step driven by the log-replay controller."""
+    if mode not in _ENVS:
+        cfg = EnvConfig.from_dict({
+            "scenario": SC.to_dict(),
+            "dynamics": {"model": "delta_local", "action_space": "continuous"},
+            "observation": {"num_partners": 4, "num_road": 16},
+            "road_index": {"road_per_cell": 32, "chunk_size": 8, "grid_size": 8},
+            "control_mode": mode, "controlled_fraction": 0.5, "goal_behavior": "respawn",
+            "goal_radius": 0.05,
+            # Nothing is held static: every non-controlled object replays its log.
+            "static_threshold": 0.0, "init_step": INIT,
+        })
+        env = Env(cfg)
+        policy = log_replay(env)
+
+        def step(params, state, ts):
+            return env.step(params, state, policy(params, state, ts, None))
+
+        _ENVS[mode] = (env, jax.jit(env.reset_to), jax.jit(step))
+    return _ENVS[mode]
+
+
+@pytest.fixture(scope="module")
+def params(real):
+    env = env_for("sdc")[0]
+    pool = make_pool(jax.tree.map(jnp.asarray, real[0]), env.config.road_index)
+    return env.make_params(pool)
+
+
+def rollout(mode, params, scene, steps):
+    """kind (A,), xy (steps + 1, A, 2), valid (steps, A), reached (steps + 1, A): the
+    goal was reached at or before that state (a respawn follows), any episode end."""
+    env, reset_to, step = env_for(mode)
+    state, ts = reset_to(params, jnp.int32(scene), jax.random.key(scene))
+    kind = np.asarray(state.kind)
+    xy, valid, done = [np.asarray(state.agents.xy)], [], False
+    reached = [np.zeros(kind.shape, bool)]
+    for _ in range(steps):
+        state, ts = step(params, state, ts)
+        xy.append(np.asarray(state.agents.xy))
+        valid.append(np.asarray(state.agents.valid))
+        reached.append(reached[-1] | np.asarray(ts.metrics.goal_reached))
+        done |= bool(ts.episode_done)
+        assert np.isfinite(np.asarray(ts.obs.ego)).all()
+        assert np.isfinite(np.asarray(ts.reward)).all()
+    return kind, np.stack(xy), np.stack(valid), np.stack(reached), done
+
+
+def match_objects(scen, i, slots, log_xy, log_valid):
+    """Source object index of each slot (by position at the slot's first valid step)."""
+    out = []
+    for slot in slots:
+        t_first = int(np.argmax(scen.objects.valid[i, slot]))
+        d = np.linalg.norm(log_xy[:, t_first] - scen.objects.xy[i, slot, t_first], axis=-1)
+        d[~log_valid[:, t_first]] = np.inf
+        out.append(int(np.argmin(d)))
+        assert d[out[-1]] < 1e-4
+    return out
+
+
+@needs_real
+def test_log_replay_reproduces_every_expert_to_1e4(real, params):
+    scen, report, raws = real
+    env = env_for("sdc")[0]
+    steps = env.config.num_episode_steps - 1  # the episode's last step auto-resets
+    ts = np.arange(INIT, INIT + steps + 1)
+    for i, data in enumerate(raws):
+        kind, xy, valid, reached, done = rollout("sdc", params, i, steps)
+        assert not done
+        assert kind[0] == EntityKind.CONTROLLED and (kind == EntityKind.CONTROLLED).sum() == 1
+        assert (kind != EntityKind.STATIC).all()
+        log_xy, log_valid = logged_positions(data, report["origins"][i])
+        slots = np.flatnonzero(kind == EntityKind.EXPERT)
+        assert len(slots) == sum(any(o["valid"]) for o in data["objects"]) - 1
+        for slot, obj in zip(slots, match_objects(scen, i, slots, log_xy, log_valid),
+                             strict=True):
+            ok = log_valid[obj, ts]
+            np.testing.assert_array_equal(valid[:, slot], log_valid[obj, ts[1:]])
+            err = np.abs(xy[ok, slot] - log_xy[obj, ts[ok]]).max(initial=0.0)
+            assert err < 1e-4, (i, slot, err)
+        # The SDC follows its log through the inverse dynamics (float32 rounding adds
+        # up over the steps) until it reaches its goal (then it respawns).
+        sdc = data["metadata"]["sdc_track_index"]
+        before = ~reached[:, 0]
+        assert before.sum() > 40
+        assert np.abs(xy[before, 0] - log_xy[sdc, ts[before]]).max() < 1e-2
+
+
+@needs_real
+def test_env_steps_loaded_scenes_in_every_control_mode(real, params):
+    # Every mode on every loaded scene, the log-replay controller standing in for a
+    # trained policy: experts replay exactly, controlled agents track their logs.
+    scen, report, raws = real
+    steps = 20
+    ts = np.arange(INIT, INIT + steps + 1)
+    # Controllable: vehicles valid at the start and not already on their goal.
+    start = np.asarray(scen.objects.xy[:, :, INIT])
+    off_goal = np.linalg.norm(np.asarray(scen.objects.goal) - start, axis=-1) > 0.05
+    controllable = ((np.asarray(scen.objects.type) == 1)
+                    & np.asarray(scen.objects.valid[:, :, INIT]) & off_goal)
+    counts = {}
+    for mode in CONTROL_MODES:
+        counts[mode] = 0
+        for i, data in enumerate(raws):
+            kind, xy, valid, reached, done = rollout(mode, params, i, steps)
+            assert not done
+            controlled = kind == EntityKind.CONTROLLED
+            assert controlled[0]  # the SDC (slot 0) is driven in every mode
+            assert (controlled <= controllable[i]).all()
+            counts[mode] += int(controlled.sum())
+            log_xy, log_valid = logged_positions(data, report["origins"][i])
+            slots = np.flatnonzero(kind != EntityKind.INVALID)
+            for slot, obj in zip(slots, match_objects(scen, i, slots, log_xy, log_valid),
+                                 strict=True):
+                # Valid in the log so far, and (controlled) before reaching the goal.
+                ok = np.cumprod(log_valid[obj, ts]).astype(bool) & ~reached[:, slot]
+                err = np.abs(xy[ok, slot] - log_xy[obj, ts[ok]]).max(initial=0.0)
+                assert err < (1e-2 if controlled[slot] else 1e-4), (mode, i, slot, err)
+    n = report["num_scenarios"]
+    assert counts["sdc"] == n
+    assert counts["all"] == int(controllable.sum())
+    assert n < counts["fraction"] < counts["all"]

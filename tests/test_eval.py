@@ -1,0 +1,210 @@
+"""Evaluators on tiny shapes: every scenario once, records equal a host-side replay,
+failures recorded, the results file and CLI, adaptation intervals, 8 devices = 1."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdrive.env import Env, EnvConfig
+from jaxdrive.eval.api import run
+from jaxdrive.eval.evaluators import make_evaluators
+from jaxdrive.eval.rollout import outcome
+from jaxdrive.eval.runner import RESULTS_VERSION
+from jaxdrive.eval.suite import load_suite_specs
+from jaxdrive.models.policy import Policy, PolicyConfig, policy_inputs
+from jaxdrive.scenarios.procedural import ProceduralConfig
+
+ENV = {"scenario": {"max_agents": 4, "num_steps": 40}, "collision_behavior": "remove",
+       "observation": {"num_partners": 3, "num_road": 20},
+       "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 14}
+PROCEDURAL = {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 0.0,
+                                                 "t_junction": 0.0, "intersection": 0.0}}
+NUM_SCENARIOS = 5  # not a multiple of the batch
+BATCH = 2
+
+
+def suite(**sections):
+    base = {"_tiny": {"template": True, "num_scenarios": NUM_SCENARIOS, "batch_size": BATCH,
+                      "seed": 7}}
+    return {"eval": {**base, **sections}}
+
+
+def build():
+    """(env config, procedural config, tiny MLP policy, its random parameters)."""
+    env_config = EnvConfig.from_dict(ENV)
+    procedural = ProceduralConfig.from_dict(PROCEDURAL)
+    env = Env(env_config)
+    policy = Policy.for_env(PolicyConfig(kind="mlp", model_dim=16, token_dim=8), env)
+    _, ts = env.reset_batch(*_pool_params(env, procedural), 1)
+    obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), ts.obs)
+    params = policy.init(jax.random.key(0), obs)
+    return env_config, procedural, policy, params
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return build()
+
+
+def _pool_params(env, procedural):
+    from jaxdrive.scenarios.pool import make_pool
+    from jaxdrive.scenarios.procedural import generate_batch
+
+    scenes = generate_batch(jax.random.key(1), 2, procedural, env.config.scenario)
+    return env.make_params(make_pool(scenes, env.config.road_index)), jax.random.key(2)
+
+
+@pytest.fixture(scope="module")
+def multi(setup, tmp_path_factory):
+    env_config, procedural, policy, params = setup
+    specs = load_suite_specs(suite(val={"type": "multi_scenario", "inherits": "_tiny"}),
+                             env_config, procedural)
+    (ev,) = make_evaluators(specs.values())
+    return ev, ev.run(policy, params)
+
+
+def test_every_scenario_counted_exactly_once(multi):
+    ev, result = multi
+    assert result.status == "ok", result.error
+    ids = [e["scenario_id"] for e in result.episodes]
+    assert sorted(ids) == list(range(NUM_SCENARIOS))  # 3 batches of 2, one row padding
+    assert result.per_scenario["scenario_id"] == list(range(NUM_SCENARIOS))
+    ego = sum(e["ego_agents"] for e in result.episodes)
+    assert result.metrics["agent_episodes"] == ego > 0
+    assert result.metrics["goal_rate"] == pytest.approx(
+        sum(e["goals"] for e in result.episodes) / ego)
+    # One compiled rollout serves all three batches.
+    assert ev._setup["runs"]["policy"]._cache_size() == 1
+
+
+def test_episode_records_match_a_host_side_replay(multi, setup):
+    ev, result = multi
+    _, _, policy, params = setup
+    env, env_params = ev._setup["env"], ev._setup["env_params"]
+    reset = jax.jit(env.reset_to)
+    step = jax.jit(env.step)
+    act = jax.jit(policy.step)
+    a = env.config.scenario.max_agents
+    key = jax.random.key(ev.spec.seed)
+    for rec in result.episodes:
+        sid, b, j = rec["scenario_id"], rec["batch"], rec["env_index"]
+        # The rollout's keys: batch key -> (reset, run) -> per-env reset key.
+        k_reset, _ = jax.random.split(jax.random.fold_in(key, b))
+        state, ts = reset(env_params, jnp.int32(sid), jax.random.split(k_reset, BATCH)[j])
+        cache = policy.init_cache(a)
+        taken = 0
+        while taken < ev._setup["steps"]:
+            taken += 1
+            first, removed = policy_inputs(ts)
+            out, cache = act(params, cache, ts.obs, first, removed)
+            state, ts = step(env_params, state, policy.distribution(out).mode())
+            if bool(ts.episode_done):
+                break
+        ego = np.asarray(ts.episode_ego)
+        e = jax.device_get(ts.episode)
+        row = {"ego_agents": int(ego.sum()), "goals": int((e.goal_reached & ego).sum()),
+               "collisions": int((e.collided & ego).sum()),
+               "offroads": int((e.offroad & ego).sum()), "finished": bool(ts.episode_done)}
+        assert rec["end_step"] == taken
+        assert {k: rec[k] for k in ("ego_agents", "goals", "collisions", "offroads")} == {
+            k: row[k] for k in ("ego_agents", "goals", "collisions", "offroads")}
+        assert rec["outcome"] == outcome(row)
+
+
+def test_failing_evaluator_is_recorded_and_the_others_run(setup, tmp_path):
+    env_config, procedural, policy, params = setup
+    sections = suite(
+        broken={"type": "multi_scenario", "inherits": "_tiny",
+                "scenarios": [str(tmp_path / "missing.json")]},
+        replay={"type": "human_replay", "inherits": "_tiny", "num_scenarios": 2})
+    result = run(params, sections, policy=policy, env_config=env_config,
+                 procedural=procedural, out_dir=tmp_path / "out", progress=False)
+    assert result.status == "partial"
+    assert result["broken"].status == "failed" and "missing.json" in result["broken"].error
+    assert result["replay"].status == "ok"
+    # human replay controls the SDC only: one ego agent-episode per scenario.
+    assert result["replay"].metrics["agent_episodes"] == 2
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["version"] == RESULTS_VERSION and data["status"] == "partial"
+    assert set(data["evaluators"]) == {"broken", "replay"}
+    assert data["evaluators"]["broken"]["status"] == "failed"
+    for ev in data["evaluators"].values():
+        assert {"metrics", "episodes", "eval_seconds", "status", "config"} <= set(ev)
+    assert data["config"]["replay"]["type"] == "human_replay"
+
+
+def test_adaptation_reports_deltas_with_confidence_intervals(setup):
+    env_config, procedural, policy, params = setup
+    sections = suite(ada={"type": "adaptation", "inherits": "_tiny",
+                          "env.goal_behavior": "trial", "num_trials": 2, "trial_timeout": 8})
+    result = run(params, sections, policy=policy, env_config=env_config,
+                 procedural=procedural, write=False, progress=False, out_dir="unused")
+    r = result["ada"]
+    assert r.status == "ok", r.error
+    m = r.metrics
+    scores = np.array([r.per_scenario["trial_0_score"], r.per_scenario["trial_1_score"]])
+    assert m["ada_delta_trial_1_minus_0"] == pytest.approx(np.mean(scores[1] - scores[0]))
+    assert m["ada_delta_trial_1_minus_0_ci_low"] <= m["ada_delta_trial_1_minus_0"] \
+        <= m["ada_delta_trial_1_minus_0_ci_high"]
+    # The MLP has no memory: wiping it at trial boundaries changes nothing.
+    assert m["control/trial_1_score"] == m["trial_1_score"]
+    assert m["memory_gain_trial_1"] == 0.0
+    assert {e["actor"] for e in r.episodes} == {"memory", "no_memory"}
+
+
+EIGHT_DEVICES = textwrap.dedent("""
+    import json, os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import jax
+    sys.path.insert(0, {tests!r})
+    import test_eval as t
+    assert len(jax.local_devices()) == 8
+    env_config, procedural, policy, params = t.build()
+    specs = t.load_suite_specs(t.suite(val={{"type": "multi_scenario", "inherits": "_tiny",
+                                              "batch_size": 8}}), env_config, procedural)
+    (ev,) = t.make_evaluators(specs.values())
+    r = ev.run(policy, params)
+    print(json.dumps({{"metrics": r.metrics, "episodes": r.episodes, "error": r.error}}))
+""")
+
+
+def test_eight_devices_give_the_single_device_result(setup, tmp_path):
+    env_config, procedural, policy, params = setup
+    specs = load_suite_specs(suite(val={"type": "multi_scenario", "inherits": "_tiny",
+                                        "batch_size": 8}), env_config, procedural)
+    (ev,) = make_evaluators(specs.values())
+    single = ev.run(policy, params)
+    script = EIGHT_DEVICES.format(tests=os.path.dirname(__file__))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sharded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sharded["error"] is None
+    assert sharded["episodes"] == single.episodes
+    assert sharded["metrics"] == single.metrics
+
+
+def test_planning_evaluator_scores_the_sdc_by_the_documented_formula(setup):
+    env_config, procedural, policy, params = setup
+    sections = suite(plan={"type": "planning", "inherits": "_tiny"})
+    result = run(params, sections, policy=policy, env_config=env_config,
+                 procedural=procedural, write=False, progress=False, out_dir="unused")
+    r = result["plan"]
+    assert r.status == "ok", r.error
+    p = {k: np.array(v) for k, v in r.per_scenario.items()}
+    one = p["scored_agents"] == 1  # the SDC alone is controlled and scored
+    assert one.all()
+    expected = (p["no_at_fault_collision"] * p["drivable_area"] * p["driving_direction"]
+                * (5 * p["ttc"] + 5 * p["progress"] + 2 * p["comfort"]) / 12)
+    np.testing.assert_allclose(p["total"], expected, atol=1e-6)
+    assert r.metrics["score"] == pytest.approx(np.mean(p["total"]))
+    assert 0.0 <= r.metrics["score"] <= 1.0
+    assert r.metrics["agent_episodes"] == NUM_SCENARIOS
