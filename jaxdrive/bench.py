@@ -15,9 +15,10 @@ of the given values (others at their defaults) is measured. ``--trials K`` runs
 multi-trial episodes (``goal_behavior: trial``, K trials of the default timeout);
 ``--trials 0`` (the default) the plain step with ``goal_behavior: stop``.
 
-``policy``, ``train`` and ``render`` time the policy's paths, whole PPO iterations and
-recordings (env steps with on-device frames); see ``jaxdrive.bench_policy``,
-``jaxdrive.bench_train`` and ``jaxdrive.bench_render``.
+``policy``, ``train``, ``render`` and ``eval`` time the policy's paths, whole PPO
+iterations, recordings (env steps with on-device frames) and evaluations; see
+``jaxdrive.bench_policy``, ``jaxdrive.bench_train``, ``jaxdrive.bench_render`` and
+``jaxdrive.bench_eval``.
 """
 
 from __future__ import annotations
@@ -246,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--views", nargs="+", default=["scene"], choices=["scene", "ego"])
     r.add_argument("--repeats", type=int, default=3, help="timed calls (median reported)")
     r.add_argument("--json", default="bench_render.json", help="output file")
+    v = sub.add_parser("eval", help="time a multi_scenario evaluation (after compile)")
+    v.add_argument("--scenarios", type=int, default=256)
+    v.add_argument("--steps", type=int, default=91)
+    v.add_argument("--batch", type=int, default=64, help="scenarios per compiled call")
+    v.add_argument("--policy", default="transformer", choices=["transformer", "mlp"])
+    v.add_argument("--repeats", type=int, default=3, help="timed evaluations (median)")
+    v.add_argument("--json", default="bench_eval.json", help="output file")
     args = p.parse_args(argv)
     if args.repeats < 1 or getattr(args, "steps", 1) < 1:
         p.error("--repeats and --steps must be >= 1")
@@ -255,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main_train(args, argv)
     if args.what == "render":
         return _main_render(args, argv)
+    if args.what == "eval":
+        return _main_eval(args, argv)
 
     keys = ["envs", "agents", "partners", "road_obs", "road_points", "dynamics", "trials"]
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
@@ -389,4 +399,21 @@ def _main_render(args, argv) -> int:
     print()
     print(render_table([rec]))
     _write(args.json, "render", [rec], argv, top_level=True)
+    return 0
+
+
+def _main_eval(args, argv) -> int:
+    from jaxdrive.bench_eval import bench_eval, eval_table
+
+    print(f"jaxdrive bench eval: backend {jax.default_backend()}, "
+          f"{jax.devices()[0].device_kind}, {args.scenarios} scenarios x {args.steps} steps, "
+          f"{args.policy}, batch {args.batch}, median of {args.repeats}", flush=True)
+    try:
+        rec = bench_eval(args.scenarios, args.steps, args.batch, args.policy, args.repeats)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print()
+    print(eval_table([rec]))
+    _write(args.json, "eval", [rec], argv, top_level=True)
     return 0

@@ -1,11 +1,16 @@
 """Random observations and perturbed parameters for policy tests."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from jaxdrive.types import Observation
 
 
+# Jitted: test modules build these at import, and eager op-by-op dispatch is slow.
+@functools.partial(jax.jit, static_argnames=("lead", "num_partners", "num_road", "p_valid",
+                                             "r_valid"))
 def random_obs(key, lead, num_partners=5, num_road=7, p_valid=0.6, r_valid=0.7):
     """A random ``Observation`` with leading dims ``lead``: normal features, random
     validity rows and type ids (masked tokens keep nonzero garbage on purpose)."""
@@ -24,6 +29,7 @@ def random_obs(key, lead, num_partners=5, num_road=7, p_valid=0.6, r_valid=0.7):
     return Observation(ego=ego, partners=p, road=r)
 
 
+@functools.partial(jax.jit, static_argnames=("scale",))
 def perturb(params, key, scale=0.3):
     """Parameters plus Gaussian noise, so that every head output is O(1) (the default
     initialisation makes the policy logits nearly zero, which would hide mismatches)."""

@@ -175,6 +175,7 @@ EIGHT_DEVICES = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_eight_devices_give_the_single_device_result(setup, tmp_path):
     env_config, procedural, policy, params = setup
     specs = load_suite_specs(suite(val={"type": "multi_scenario", "inherits": "_tiny",
@@ -208,3 +209,22 @@ def test_planning_evaluator_scores_the_sdc_by_the_documented_formula(setup):
     assert r.metrics["score"] == pytest.approx(np.mean(p["total"]))
     assert 0.0 <= r.metrics["score"] <= 1.0
     assert r.metrics["agent_episodes"] == NUM_SCENARIOS
+
+
+SHARED_JSON = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
+                           "womd_json")
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_JSON), reason="../shared/data not present")
+def test_a_policy_evaluates_on_real_scenes_as_on_procedural_ones(setup):
+    env_config, procedural, policy, params = setup
+    files = sorted(os.path.join(SHARED_JSON, f) for f in os.listdir(SHARED_JSON))
+    sections = suite(real={"type": "human_replay", "inherits": "_tiny", "scenarios": files})
+    result = run(params, sections, policy=policy, env_config=env_config,
+                 procedural=procedural, write=False, progress=False, out_dir="unused")
+    r = result["real"]
+    assert r.status == "ok", r.error
+    # Every real scene played once with its SDC driven by the policy.
+    assert sorted(e["scenario_id"] for e in r.episodes) == list(range(len(files)))
+    assert r.metrics["agent_episodes"] == len(files)
+    assert all(e["end_step"] >= 1 for e in r.episodes)

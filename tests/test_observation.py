@@ -1,9 +1,12 @@
 """Observations: hand-computed features, nearest-K against brute force, masks, road lists."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from scenes import straight_road
 
 from jaxdrive.observation import ObservationConfig, observe
@@ -33,11 +36,21 @@ def _agents(xy, yaw, speed, valid=None):
 
 
 SCENE = straight_road(SC, [(0, -2, 0, 0, 4, 2)])
-POOL = _pool(SCENE)
+
+
+@functools.cache
+def pool():
+    """Built on first use, not at import (pytest-xdist workers import every module)."""
+    return _pool(SCENE)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _pool_built_outside_jit():
+    pool()  # first built here, so that no jitted function caches a traced pool
 
 
 def _observe(config, agents, visible, length, width, goal):
-    return observe(config, POOL, jnp.int32(0), agents, visible, length, width,
+    return observe(config, pool(), jnp.int32(0), agents, visible, length, width,
                    jnp.ones(A, jnp.int32), goal)
 
 
@@ -108,8 +121,8 @@ def test_road_points_are_the_cell_list_within_radius():
                       jnp.zeros((A, 2)))
     rg_xy = np.asarray(SCENE.roadgraph.xy)
     rg_valid = np.asarray(SCENE.roadgraph.valid)
-    origin = np.asarray(POOL.road_index.origin[0])
-    size = float(POOL.road_index.cell_size[0])
+    origin = np.asarray(pool().road_index.origin[0])
+    size = float(pool().road_index.cell_size[0])
     for i in range(2):
         centre = origin + (np.floor((xy[i] - origin) / size) + 0.5) * size
         d_c = np.where(rg_valid, np.linalg.norm(rg_xy - centre, axis=1), np.inf)

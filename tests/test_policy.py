@@ -1,5 +1,6 @@
 """Policy heads, distributions, the MLP baseline, bfloat16 and config errors."""
 
+import functools
 import json
 
 import jax
@@ -43,7 +44,13 @@ def test_scaled_beta_against_reference_density():
     assert ((s >= low) & (s <= high)).all()
 
 
-OBS = random_obs(jax.random.key(0), (3, 4))
+
+
+@functools.cache
+def rand_obs():
+    """(3, 4) random observations, built on first use (not at import)."""
+    return random_obs(jax.random.key(0), (3, 4))
+
 
 
 @pytest.mark.parametrize("discrete", [True, False])
@@ -51,14 +58,14 @@ def test_mlp_baseline_same_interface_no_memory(discrete):
     cfg = PolicyConfig(kind="mlp", token_dim=8, model_dim=16)
     policy = (Policy(cfg, num_actions=6) if discrete
               else Policy(cfg, action_low=[-1.0, -1.0], action_high=[1.0, 1.0]))
-    params = perturb(policy.init(jax.random.key(1), at(OBS, 0)), jax.random.key(2))
+    params = perturb(policy.init(jax.random.key(1), at(rand_obs(), 0)), jax.random.key(2))
     cache = policy.init_cache(3)
     no = jnp.zeros((3,), bool)
     step = jax.jit(policy.step)
-    out1, cache = step(params, cache, at(OBS, 1), no, no)
-    fresh, _ = step(params, policy.init_cache(3), at(OBS, 1), ~no, no)
+    out1, cache = step(params, cache, at(rand_obs(), 1), no, no)
+    fresh, _ = step(params, policy.init_cache(3), at(rand_obs(), 1), ~no, no)
     np.testing.assert_allclose(out1.dist, fresh.dist, atol=1e-6)  # memoryless
-    seq = jax.jit(policy.sequence)(params, cache, OBS, jnp.zeros((3, 4), bool),
+    seq = jax.jit(policy.sequence)(params, cache, rand_obs(), jnp.zeros((3, 4), bool),
                                    jnp.zeros((3, 4), bool))
     np.testing.assert_allclose(seq.dist[:, 1], out1.dist, atol=1e-5)
     dist = policy.distribution(out1)
@@ -70,11 +77,11 @@ def test_mlp_baseline_same_interface_no_memory(discrete):
 def test_bfloat16_compute_close_to_float32():
     f32 = Policy(PolicyConfig(token_dim=16, model_dim=32), num_actions=5)
     b16 = Policy(PolicyConfig(token_dim=16, model_dim=32, dtype="bfloat16"), num_actions=5)
-    params = f32.init(jax.random.key(1), at(OBS, 0))  # parameters stay float32
+    params = f32.init(jax.random.key(1), at(rand_obs(), 0))  # parameters stay float32
     first = jnp.zeros((3, 4), bool).at[:, 0].set(True)
     no = jnp.zeros((3, 4), bool)
-    a = jax.jit(f32.sequence)(params, f32.init_cache(3), OBS, first, no)
-    b = jax.jit(b16.sequence)(params, b16.init_cache(3), OBS, first, no)
+    a = jax.jit(f32.sequence)(params, f32.init_cache(3), rand_obs(), first, no)
+    b = jax.jit(b16.sequence)(params, b16.init_cache(3), rand_obs(), first, no)
     assert b.dist.dtype == jnp.float32 and np.isfinite(np.asarray(b.value)).all()
     np.testing.assert_allclose(b.value, a.value, atol=0.1)
     assert b16.init_cache(2).k.dtype == jnp.bfloat16
@@ -93,6 +100,7 @@ def test_policy_config_errors_name_the_key():
         Policy(PolicyConfig())
 
 
+@pytest.mark.slow
 def test_bench_policy_cli_writes_records(tmp_path):
     from jaxdrive import bench
 

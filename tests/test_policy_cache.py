@@ -1,6 +1,8 @@
 """The policy's per-agent KV cache: independent resets, positions across trials and
 episodes, retracing, jit and vmap."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -18,8 +20,20 @@ from jaxdrive.types import tree_stack
 CFG = PolicyConfig(horizon=6, num_layers=1, token_dim=16, model_dim=32)
 N = 4
 POLICY = Policy(CFG, num_actions=5)
-OBS = random_obs(jax.random.key(0), (N, 9))
-PARAMS = perturb(POLICY.init(jax.random.key(1), at(OBS, 0)), jax.random.key(2))
+
+
+@functools.cache
+def rand_obs():
+    """(N, 9) random observations; built on first use, not at import (pytest-xdist
+    workers import every test module)."""
+    return random_obs(jax.random.key(0), (N, 9))
+
+
+@functools.cache
+def policy_params():
+    return perturb(jax.jit(POLICY.init)(jax.random.key(1), at(rand_obs(), 0)), jax.random.key(2))
+
+
 STEP = jax.jit(chex.assert_max_traces(POLICY.step, n=1))
 SEQUENCE = jax.jit(chex.assert_max_traces(POLICY.sequence, n=1))
 
@@ -27,7 +41,7 @@ SEQUENCE = jax.jit(chex.assert_max_traces(POLICY.sequence, n=1))
 def warm_cache(steps=8):
     cache = POLICY.init_cache(N)
     for t in range(steps):
-        cache = STEP(PARAMS, cache, at(OBS, t), jnp.full((N,), t == 0),
+        cache = STEP(policy_params(), cache, at(rand_obs(), t), jnp.full((N,), t == 0),
                      jnp.arange(N) == t % N)[1]
     return cache
 
@@ -36,8 +50,8 @@ def test_resetting_one_agent_leaves_the_others_unchanged():
     cache = warm_cache()
     none = jnp.zeros((N,), bool)
     one = none.at[1].set(True)
-    out_a, cache_a = STEP(PARAMS, cache, at(OBS, 8), none, none)
-    out_b, cache_b = STEP(PARAMS, cache, at(OBS, 8), one, none)
+    out_a, cache_a = STEP(policy_params(), cache, at(rand_obs(), 8), none, none)
+    out_b, cache_b = STEP(policy_params(), cache, at(rand_obs(), 8), one, none)
     others = np.array([0, 2, 3])
     np.testing.assert_array_equal(np.asarray(out_a.dist)[others], np.asarray(out_b.dist)[others])
     np.testing.assert_array_equal(np.asarray(out_a.value)[others],
@@ -68,13 +82,13 @@ def test_positions_continue_across_trials_and_restart_with_the_episode():
     state, ts = jax.jit(env.reset_to)(params, jnp.int32(0), jax.random.key(0))
     env_step = jax.jit(env.step)
     cache = POLICY.init_cache(N)
-    step = jax.jit(POLICY.step)  # env observations have other sizes than OBS
+    step = jax.jit(POLICY.step)  # env observations have other sizes than rand_obs()
     seen_pos, trials = [], []
     for _ in range(13):
         first, removed = policy_inputs(ts)
         seen_pos.append(int(cache.reset(first).next_pos[0]))
         trials.append(int(ts.trial))
-        _, cache = step(PARAMS, cache, ts.obs, first, removed)
+        _, cache = step(policy_params(), cache, ts.obs, first, removed)
         state, ts = env_step(params, state, jnp.zeros((N,), jnp.int32))
     assert trials == [0, 0, 0, 1, 1, 1] * 2 + [0]
     assert seen_pos == [0, 1, 2, 3, 4, 5] * 2 + [0]
@@ -89,23 +103,24 @@ def test_jit_vmap_and_single_trace_on_both_paths():
     first = jnp.zeros((e, N), bool).at[1, 2].set(True)
     removed = jnp.zeros((e, N), bool).at[0, 1].set(True)
     out_v, cache_v = jax.jit(jax.vmap(POLICY.step, in_axes=(None, 0, 0, 0, 0)))(
-        PARAMS, caches, obs, first, removed)
+        policy_params(), caches, obs, first, removed)
     flat = lambda x: x.reshape((e * N,) + x.shape[2:])
     flat_cache = jax.tree.map(lambda x: jnp.concatenate(list(x), axis=1 if x.ndim == 6 else 0),
                               caches)
-    out_f, _ = jax.jit(POLICY.step)(PARAMS, flat_cache, jax.tree.map(flat, obs), flat(first),
-                                    flat(removed))  # 2N agents: its own compilation
+    out_f, _ = jax.jit(POLICY.step)(policy_params(), flat_cache, jax.tree.map(flat, obs),
+                                    flat(first), flat(removed))  # 2N agents: own compile
     np.testing.assert_allclose(flat(out_v.dist), out_f.dist, atol=1e-6)
     np.testing.assert_allclose(flat(out_v.value), out_f.value, atol=1e-6)
     # Same shapes again: no retrace (assert_max_traces would raise).
-    STEP(PARAMS, warm_cache(1), at(OBS, 0), jnp.ones((N,), bool), jnp.zeros((N,), bool))
-    segment = jax.tree.map(lambda x: x[:, :5], OBS)
+    STEP(policy_params(), warm_cache(1), at(rand_obs(), 0), jnp.ones((N,), bool),
+         jnp.zeros((N,), bool))
+    segment = jax.tree.map(lambda x: x[:, :5], rand_obs())
     masks = jnp.zeros((N, 5), bool)
     for _ in range(2):
-        out = SEQUENCE(PARAMS, warm_cache(2), segment, masks.at[:, 0].set(True), masks)
+        out = SEQUENCE(policy_params(), warm_cache(2), segment, masks.at[:, 0].set(True), masks)
         assert out.dist.shape == (N, 5, 5) and out.value.shape == (N, 5)
     seq_v = jax.jit(jax.vmap(POLICY.sequence, in_axes=(None, 0, 0, 0, 0)))(
-        PARAMS, stack(warm_cache(2), warm_cache(2)),
+        policy_params(), stack(warm_cache(2), warm_cache(2)),
         jax.tree.map(lambda x: jnp.stack([x, x]), segment), jnp.stack([masks] * 2),
         jnp.stack([masks] * 2))
     np.testing.assert_allclose(seq_v.dist[0], seq_v.dist[1], atol=1e-5)

@@ -461,6 +461,7 @@ BENCH_CFG = {
 }
 
 
+@pytest.mark.slow
 def test_benchmark_scale_128_vehicles_20k_points():
     cfg = ProceduralConfig.from_dict(BENCH_CFG)
     scfg = ScenarioConfig(max_agents=128, max_road_points=20480, max_lanes=128)

@@ -38,14 +38,24 @@ def _config(tmp_path, shards, iterations):
     return RunConfig.from_dict(data)
 
 
-def test_data_pools_swap_and_resume_across_a_swap_is_exact(tmp_path, shards):
-    full = run.new_run_dir(_config(tmp_path, shards, 3), "data")
-    run.train(_config(tmp_path, shards, 3), full, quiet=True)
+@pytest.fixture(scope="module")
+def full(tmp_path_factory, shards):
+    tmp = tmp_path_factory.mktemp("runs")
+    run_dir = run.new_run_dir(_config(tmp, shards, 3), "data")
+    run.train(_config(tmp, shards, 3), run_dir, quiet=True)
+    return run_dir
+
+
+def test_data_pools_are_replaced_every_refresh(full):
     rows = _lines(full / "metrics.jsonl")
     assert [r["data/pool_index"] for r in rows] == [0, 1, 2]
     assert all(0.0 <= r["val/goal_rate"] <= 1.0 for r in rows if "val/goal_rate" in r)
     assert all(r["time/data_wait_s"] >= 0.0 for r in rows)
 
+
+@pytest.mark.slow
+def test_resume_across_a_pool_swap_is_exact(tmp_path, shards, full):
+    rows = _lines(full / "metrics.jsonl")
     part = run.new_run_dir(_config(tmp_path, shards, 2), "data")
     run.train(_config(tmp_path, shards, 2), part, quiet=True)
     run.train(_config(tmp_path, shards, 3), part, resume=True, quiet=True)

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from jaxdrive import bench, simulate
 
 
+@pytest.mark.slow
 def test_bench_env_trials_records_both_modes(tmp_path, capsys):
     out = tmp_path / "b.json"
     rc = bench.main(["env", "--envs", "2", "--agents", "8", "--partners", "7", "--road-obs",

@@ -84,7 +84,12 @@ class SuiteResult:
 
     def to_pandas(self):
         """The per-episode records as a ``pandas.DataFrame`` (needs pandas)."""
-        import pandas as pd
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("SuiteResult.to_pandas needs pandas: pip install pandas (or "
+                              "'jaxdrive[notebook]'); records() gives the same rows as "
+                              "dicts.") from None
 
         return pd.DataFrame(self.records())
 
