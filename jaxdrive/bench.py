@@ -380,10 +380,6 @@ def _main_train(args, argv) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _main_render(args, argv) -> int:
     from jaxdrive.bench_render import bench_render, render_table
 
@@ -417,3 +413,7 @@ def _main_eval(args, argv) -> int:
     print(eval_table([rec]))
     _write(args.json, "eval", [rec], argv, top_level=True)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

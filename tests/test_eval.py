@@ -228,3 +228,30 @@ def test_a_policy_evaluates_on_real_scenes_as_on_procedural_ones(setup):
     assert sorted(e["scenario_id"] for e in r.episodes) == list(range(len(files)))
     assert r.metrics["agent_episodes"] == len(files)
     assert all(e["end_step"] >= 1 for e in r.episodes)
+
+
+def test_behavior_class_plays_the_sampled_scenarios_of_each_class(setup, tmp_path):
+    from jaxdrive.data import convert_to_shards
+    from jaxdrive.data.subsets import write_subset
+    from jaxdrive.data.synth import synth_scenario
+    from jaxdrive.data.tfrecord import write_records
+
+    env_config, procedural, policy, params = setup
+    synth = dict(num_objects=5, num_lanes=2, lane_points=20, num_edges=2, edge_points=30,
+                 num_lines=1, line_points=10, num_lights=1)
+    write_records(tmp_path / "s.tfrecord",
+                  [synth_scenario(i, **synth).SerializeToString() for i in range(4)])
+    manifest = convert_to_shards([str(tmp_path / "s.tfrecord")], str(tmp_path / "shards"),
+                                 env_config.scenario)
+    ids = [s["scenario_id"] for s in manifest["scenarios"]]
+    write_subset(tmp_path / "shards", "hard", [ids[1], ids[3]])
+    write_subset(tmp_path / "shards", "easy", [ids[0]])
+    sections = suite(bc={"type": "behavior_class", "inherits": "_tiny",
+                         "scenarios": [str(tmp_path / "shards")], "classes": ["hard", "easy"],
+                         "scenarios_per_class": 5})
+    result = run(params, sections, policy=policy, env_config=env_config,
+                 procedural=procedural, write=False, progress=False, out_dir="unused")
+    assert [r.name for r in result.results] == ["bc/hard", "bc/easy"]
+    assert [e["scenario_id"] for e in result["bc/hard"].episodes] == [1, 3]
+    assert [e["scenario_id"] for e in result["bc/easy"].episodes] == [0]
+    assert all(r.status == "ok" for r in result.results)

@@ -25,8 +25,11 @@ def test_only_due_evaluators_are_dispatched(tmp_path):
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(SUITE))
     config = _config(tmp_path)
-    specs = load_suite_file(str(path), None, base_env=config.env,
-                            base_procedural=config.procedural)
+    # Selecting every evaluator (None) leaves the disabled one out: pass it by name too.
+    specs = {s.name: s for s in load_suite_file(
+        str(path), ["often", "rare", "never", "off", "child"], base_env=config.env,
+        base_procedural=config.procedural)}
+    assert specs["off"].enabled is False
     manager = EvalManager(list(specs.values()), policy=None, run_dir=tmp_path)
     names = lambda it, final=False: [s.name for s in manager.due(it, final)]
     assert names(1) == ["child"]

@@ -354,6 +354,12 @@ def test_agent_colours_and_render_state():
     # On an auto-reset step the metrics belong to the previous episode: roles only.
     _, stale = agent_colours(*_env_standins(episode_done=True)[:2])
     np.testing.assert_array_equal(stale[4:6], [C.EGO, C.EXPERT])
+    # Off-road colours controlled agents only: an expert beyond the road edges (a car
+    # parked on the kerb in its log) keeps its role colour.
+    offroad_all = SimpleNamespace(**{**vars(timestep), "metrics": SimpleNamespace(
+        collided=jnp.zeros(8, bool), offroad=jnp.ones(8, bool))})
+    _, off = agent_colours(state, offroad_all)
+    np.testing.assert_array_equal(off[:4], [C.OFFROAD, C.OFFROAD, C.EXPERT, C.STATIC])
     # render_state draws scenario 1 (TWO_ROADS) with these colours and the goals of the
     # visible controlled agents (slots 0, 1, 4).
     frame = jax.jit(lambda: render_state(SCENE, params, state, timestep))()

@@ -84,9 +84,17 @@ def _rate(num: np.ndarray, den: np.ndarray) -> float:
 
 def base_metrics(rows: dict[str, np.ndarray]) -> dict[str, float]:
     """Rates over ego agent-episodes of the played scenarios (``rows``: fetched
-    ``EpisodeRecord`` fields of the valid rows)."""
+    ``EpisodeRecord`` fields of the valid rows); in trial mode also ``trial_{k}_score``
+    (pooled over scenarios) and ``ada_delta_trial_{k}_minus_0``."""
     ego = rows["ego_agents"]
-    return {
+    trials = {}
+    k_trials = rows["trial_reached"].shape[1]
+    if k_trials > 1:
+        scores = [_rate(rows["trial_reached"][:, k], ego) for k in range(k_trials)]
+        trials = {f"trial_{k}_score": scores[k] for k in range(k_trials)}
+        trials.update({f"ada_delta_trial_{k}_minus_0": scores[k] - scores[0]
+                       for k in range(1, k_trials)})
+    return {**trials,
         "goal_rate": _rate(rows["goals"], ego),
         "collision_rate": _rate(rows["collisions"], ego),
         "offroad_rate": _rate(rows["offroads"], ego),
@@ -96,6 +104,12 @@ def base_metrics(rows: dict[str, np.ndarray]) -> dict[str, float]:
         "scenarios": float(len(ego)),
         "finished_rate": float(np.mean(rows["finished"])) if len(ego) else 0.0,
     }
+
+
+# Pools built by evaluators, reused by evaluators of the same scenes (a suite usually
+# plays one scenario set under several env settings).
+_POOLS: dict = {}
+_MAX_POOLS = 4
 
 
 class Evaluator:
@@ -125,6 +139,19 @@ class Evaluator:
         return generate_batch(jax.random.key(self.spec.seed), self.spec.num_scenarios,
                               self.spec.procedural, env_config.scenario)
 
+    def _pool(self, env_config: EnvConfig):
+        """The scenario pool, shared with earlier evaluators of the same scenes."""
+        if type(self).load_scenarios is not Evaluator.load_scenarios:
+            # A subclass choosing its own scenes (with side effects) builds its own.
+            return make_pool(self.load_scenarios(env_config), env_config.road_index)
+        key = (self.spec.scenarios, self.spec.procedural, self.spec.seed,
+               self.spec.num_scenarios, env_config.scenario, env_config.road_index)
+        if key not in _POOLS:
+            while len(_POOLS) >= _MAX_POOLS:
+                _POOLS.pop(next(iter(_POOLS)))
+            _POOLS[key] = make_pool(self.load_scenarios(env_config), env_config.road_index)
+        return _POOLS[key]
+
     def scenario_ids(self, num_available: int) -> np.ndarray:
         """Pool indices to play, each once (default: the first ``num_scenarios``)."""
         return np.arange(min(self.spec.num_scenarios, num_available), dtype=np.int32)
@@ -153,9 +180,9 @@ class Evaluator:
             return self._setup
         env_config = self.env_config()
         env = Env(env_config)
-        scenes = self.load_scenarios(env_config)
-        env_params = env.make_params(make_pool(scenes, env_config.road_index))
-        n = int(scenes.objects.xy.shape[0])
+        pool = self._pool(env_config)
+        env_params = env.make_params(pool)
+        n = pool.size
         ids = self.scenario_ids(n)
         devices = jax.local_devices()
         d = len(devices)

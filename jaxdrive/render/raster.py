@@ -374,7 +374,8 @@ def render_frame(
 def agent_colours(state: EnvState, timestep: TimeStep) -> tuple[jax.Array, jax.Array]:
     """Which agents to draw and in which colour, from the env's state and time step.
 
-    Collided beats off-road beats the role (controlled ego / co-player, expert, static).
+    Collided beats off-road (controlled agents only) beats the role (controlled ego /
+    co-player, expert, static).
     The step's metrics describe the state before an auto-reset or trial restart, so on
     such a step they are ignored.
 
@@ -394,7 +395,10 @@ def agent_colours(state: EnvState, timestep: TimeStep) -> tuple[jax.Array, jax.A
         AgentColour.STATIC,
     ).astype(jnp.int32)
     current = ~(timestep.episode_done | timestep.trial_done)
-    colour = jnp.where(timestep.metrics.offroad & current, AgentColour.OFFROAD, colour)
+    # Off-road marks driving mistakes: a logged object parked beyond the road edges keeps
+    # its role colour.
+    colour = jnp.where(timestep.metrics.offroad & current & controlled, AgentColour.OFFROAD,
+                       colour)
     colour = jnp.where(timestep.metrics.collided & current, AgentColour.COLLIDED, colour)
     return visible, colour
 

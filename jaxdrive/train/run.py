@@ -40,7 +40,7 @@ from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
 from jaxdrive.train.config import RunConfig
 from jaxdrive.train.ppo import PPO
-from jaxdrive.train.validation import episode_steps, make_validator, validation_metrics
+from jaxdrive.train.validation import episode_steps, make_validator
 
 BEST_METRIC = "val/goal_rate"
 CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
@@ -53,15 +53,6 @@ def build_env(config: RunConfig, seed: int, num_scenes: int) -> tuple[Env, EnvPa
                             config.env.scenario)
     env = Env(config.env)
     return env, env.make_params(make_pool(scenes, config.env.road_index))
-
-
-def _data_params(config: RunConfig, env: Env, path: str, num: int) -> EnvParams:
-    """Env params over the first ``num`` scenes of ``path`` (files or a shard dir)."""
-    from jaxdrive.data import load_scenarios
-
-    scenes, _ = load_scenarios([path], config.env.scenario)
-    scenes = jax.tree.map(lambda x: jnp.asarray(x[:num]), scenes)
-    return env.make_params(make_pool(scenes, config.env.road_index))
 
 
 class SceneStream:
@@ -246,14 +237,7 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
         env_params = scenes.params
     else:
         env, env_params = build_env(config, t.seed, t.num_scenes)
-    validate = None
-    if config.validation.every:
-        if config.data.validation_path:
-            val_params = _data_params(config, env, config.data.validation_path,
-                                      config.validation.num_scenes)
-        else:
-            _, val_params = build_env(config, config.validation.seed,
-                                      config.validation.num_scenes)
+    validator = make_validator(config) if config.validation.every else None
     co_players = []
     for path in t.co_players:
         loaded = load_policy(path)
@@ -264,8 +248,6 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
     policy = Policy.for_env(config.policy, env)
     ppo = PPO(config, env, policy, co_players)
     state = ppo.init(jax.random.key(t.seed + 1), env_params)
-    if config.validation.every:
-        validate = jax.jit(make_validator(env, policy, config.validation.num_scenes))
     start_it, wandb_id = 0, None
     if resume:
         state, meta = ckpt.restore(state)
@@ -343,8 +325,10 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
 
     def run_validation(metrics: dict) -> None:
         tv = time.perf_counter()
-        stats = jax.device_get(validate(state.params, val_params))
-        metrics.update(validation_metrics(stats))
+        result = validator.run(policy, state.params)
+        if result.status != "ok":
+            raise RuntimeError(f"validation failed: {result.error}")
+        metrics.update({f"val/{k}": v for k, v in result.metrics.items()})
         metrics["time/validation_s"] = time.perf_counter() - tv
 
     it = start_it
@@ -369,7 +353,8 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
                     window_s += dt
                     window_valid += metrics["rollout/valid_steps"]
                 final = it == n_it or stop.requested
-                val_due = validate is not None and (it % config.validation.every == 0 or final)
+                val_due = validator is not None and (it % config.validation.every == 0
+                                                     or final)
                 video_due = recorder is not None and (it % config.video.every == 0
                                                       or it == n_it)
                 if val_due:
@@ -419,7 +404,7 @@ def summary_lines(metrics: dict, run_dir: Path) -> list[str]:
              f"{metrics.get('time/elapsed_s', float('nan')):.0f} s"]
     if "val/goal_rate" in metrics:
         lines.append(
-            f"validation ({metrics['val/agent_episodes']} agent-episodes on held-out "
+            f"validation ({metrics['val/agent_episodes']:.0f} agent-episodes on held-out "
             f"scenes): goal rate {metrics['val/goal_rate']:.3f}, collision rate "
             f"{metrics['val/collision_rate']:.3f}, off-road rate "
             f"{metrics['val/offroad_rate']:.3f}")
