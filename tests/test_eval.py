@@ -255,3 +255,28 @@ def test_behavior_class_plays_the_sampled_scenarios_of_each_class(setup, tmp_pat
     assert [e["scenario_id"] for e in result["bc/hard"].episodes] == [1, 3]
     assert [e["scenario_id"] for e in result["bc/easy"].episodes] == [0]
     assert all(r.status == "ok" for r in result.results)
+
+
+def test_rollout_and_stop_hooks(setup):
+    """A subclass playing every scenario twice and ending episodes after 3 steps."""
+    from jaxdrive.eval.evaluators import MultiScenario
+
+    env_config, procedural, policy, params = setup
+
+    class TwiceShort(MultiScenario):
+        def num_rollouts(self):
+            return 2
+
+        def should_stop(self, env):
+            return lambda state, ts: ts.episode_done | (state.step >= 3)
+
+    specs = load_suite_specs(suite(val={"type": "multi_scenario", "inherits": "_tiny"}),
+                             env_config, procedural)
+    r = TwiceShort(specs["val"]).run(policy, params)
+    assert r.status == "ok", r.error
+    assert [(e["rollout"], e["scenario_id"]) for e in r.episodes] == [
+        (k, s) for k in range(2) for s in range(NUM_SCENARIOS)]
+    assert all(e["end_step"] <= 3 for e in r.episodes)
+    assert r.per_scenario["scenario_id"] == list(range(NUM_SCENARIOS)) * 2
+    # Stopped early, the counts are the running episode's: every ego agent is counted.
+    assert r.metrics["agent_episodes"] == sum(e["ego_agents"] for e in r.episodes) > 0

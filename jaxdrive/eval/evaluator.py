@@ -8,6 +8,8 @@ The loop lives here; subclasses override narrow hooks only:
 - ``num_steps(env)``: rollout length (``spec.num_steps`` or one whole episode);
 - ``actors(env, policy)``: named ``Actor`` s, each evaluated on every scenario (the
   first is the one rendered);
+- ``num_rollouts()``: times each scenario is played (default once);
+- ``should_stop(env)``: when an env's counted episode ends (default: the env's own end);
 - ``step_hook(env)``: optional ``(hook, reduce)`` for extra on-device quantities;
 - ``aggregate(rows, extras)``: metrics and per-scenario arrays from the fetched rows.
 
@@ -165,6 +167,15 @@ class Evaluator:
     def step_hook(self, env: Env):
         return None
 
+    def should_stop(self, env: Env):
+        """``(state, timestep) -> (B,) bool`` ending each env's counted episode after a
+        step, or None for the env's own episode end."""
+        return None
+
+    def num_rollouts(self) -> int:
+        """Times each scenario is played (with different keys; default once)."""
+        return 1
+
     def aggregate(self, rows: dict[str, dict[str, np.ndarray]], extras: dict[str, Any]
                   ) -> tuple[dict[str, float], dict[str, list]]:
         """Metrics and per-scenario lists from each actor's fetched rows."""
@@ -195,7 +206,8 @@ class Evaluator:
         steps = self.num_steps(env)
         runs = {}
         for actor_name, actor in self.actors(env, policy).items():
-            fn = make_episode_rollout(env, actor, steps, *(hook or (None, None)))
+            fn = make_episode_rollout(env, actor, steps, *(hook or (None, None)),
+                                      should_stop=self.should_stop(env))
             runs[actor_name] = jax.jit(fn)
         self._setup = dict(env=env, env_params=env_params, ids=ids, batch=batch,
                            rows=rows, runs=runs, steps=steps)
@@ -226,9 +238,10 @@ class Evaluator:
         extras: dict[str, list] = {name: [] for name in s["runs"]}
         key = jax.random.key(self.spec.seed)
         done = 0
+        rollouts = self.num_rollouts()
         for name, fn in s["runs"].items():
-            for i in range(num_batches):
-                chunk = ids[i * batch:(i + 1) * batch]
+            for i in range(num_batches * rollouts):
+                chunk = ids[(i % num_batches) * batch:(i % num_batches + 1) * batch]
                 valid = np.zeros((batch,), bool)
                 valid[:len(chunk)] = True
                 padded = np.zeros((batch,), np.int32)
@@ -246,7 +259,7 @@ class Evaluator:
                 extras[name].append(extra)
                 done += 1
                 if progress is not None:
-                    progress(done, num_batches * len(s["runs"]))
+                    progress(done, num_batches * rollouts * len(s["runs"]))
         rows = {}
         for name, records in fetched.items():
             cat = {f: np.concatenate([getattr(r, f) for r in records])
@@ -258,17 +271,22 @@ class Evaluator:
                 lambda *xs, valid=valid: np.concatenate(xs)[valid], *ex)
             result.episodes.extend(self._episodes(name, rows[name]))
         result.metrics, result.per_scenario = self.aggregate(rows, extras)
-        result.per_scenario["scenario_id"] = [int(i) for i in ids]
+        result.per_scenario["scenario_id"] = [int(i) for i in ids] * rollouts
+        if rollouts > 1:
+            result.per_scenario["rollout"] = [r for r in range(rollouts) for _ in ids]
         if self.spec.render.enabled and out_dir is not None:
             result.videos = self._render(policy, params, out_dir, step)
 
     def _episodes(self, actor_name: str, rows: dict[str, np.ndarray]) -> list[dict]:
         out = []
         batch = self._setup["batch"]
+        per_rollout = len(self._setup["ids"])
         for j in range(len(rows["scenario_id"])):
             row = {k: v[j].item() if v[j].ndim == 0 else v[j].tolist() for k, v in rows.items()
                    if k not in ("trial_reached", "trial_length")}
-            rec = {"actor": actor_name, "env_index": j % batch, "batch": j // batch,
+            r, k = divmod(j, per_rollout)
+            rec = {"actor": actor_name, "rollout": r, "env_index": k % batch,
+                   "batch": k // batch,
                    "scenario_id": row["scenario_id"], "start_step": 0,
                    "end_step": row["end_step"], "outcome": outcome(row),
                    "ego_agents": row["ego_agents"], "goals": row["goals"],

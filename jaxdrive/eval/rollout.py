@@ -75,9 +75,14 @@ def _episode_counts(ts_or_state_episode, ego: jax.Array):
 
 
 def make_episode_rollout(env: Env, actor: Actor, num_steps: int,
-                         hook: StepHook | None = None, reduce: StepReduce | None = None):
+                         hook: StepHook | None = None, reduce: StepReduce | None = None,
+                         should_stop: Callable[[EnvState, TimeStep], jax.Array] | None = None):
     """``run(params, env_params, scenario_ids (B,), valid (B,), key) -> (EpisodeRecord,
-    reduced hook outputs or None)`` (pure; jit it). See the module doc."""
+    reduced hook outputs or None)`` (pure; jit it). See the module doc.
+
+    ``should_stop(state, timestep) -> (B,) bool``, evaluated after every step, ends each
+    env's counted episode (default: ``timestep.episode_done``, the env's own end).
+    """
     trial_mode = env.config.goal_behavior == "trial"
     k = env.config.num_trials if trial_mode else 1
 
@@ -102,11 +107,21 @@ def make_episode_rollout(env: Env, actor: Actor, num_steps: int,
             new_state, new_ts = env.step_batch(env_params, state, action)
             counting = ~record.finished  # this step belongs to the first episode
             out = None if hook is None else hook(env_params, state, new_state, new_ts)
-            ends = new_ts.episode_done & counting
-            counts = _episode_counts(new_ts.episode, new_ts.episode_ego)
+            stop = new_ts.episode_done if should_stop is None else should_stop(new_state,
+                                                                                 new_ts)
+            ends = stop & counting
+            # An episode the env ended hands out its statistics in the time step; one
+            # stopped earlier by ``should_stop`` reports the state's running ones.
+            done = new_ts.episode_done
+            live_ego = new_ts.ego & (new_state.kind == EntityKind.CONTROLLED)
+            counts = [jnp.where(done, d, live) for d, live in zip(
+                _episode_counts(new_ts.episode, new_ts.episode_ego),
+                _episode_counts(new_state.episode, live_ego), strict=True)]
             keep = lambda old, new: jnp.where(
                 ends.reshape((b,) + (1,) * (old.ndim - 1)), new, old)
-            trials = new_ts.trials
+            trials = jax.tree.map(
+                lambda d, live: jnp.where(done.reshape((b,) + (1,) * (d.ndim - 1)), d, live),
+                new_ts.trials, new_state.trials)
             record = record.replace(
                 finished=record.finished | ends,
                 end_step=jnp.where(counting, record.end_step + 1, record.end_step),
