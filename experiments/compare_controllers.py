@@ -12,8 +12,8 @@ import argparse
 
 import jax
 
-from jaxdrive.controllers import CONTROLLERS
-from jaxdrive.rollout import RolloutStats, make_rollout
+from jaxdrive.agents.controllers import CONTROLLERS
+from jaxdrive.agents.rollout import RolloutStats, make_rollout
 from jaxdrive.simulate import build
 
 

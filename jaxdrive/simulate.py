@@ -18,10 +18,10 @@ import time
 import jax
 import numpy as np
 
+from jaxdrive.agents.controllers import CONTROLLERS
+from jaxdrive.agents.rollout import RolloutStats, make_rollout
 from jaxdrive.config import ConfigError, load_yaml, merge, parse_overrides
-from jaxdrive.controllers import CONTROLLERS
 from jaxdrive.env import Env, EnvConfig
-from jaxdrive.rollout import RolloutStats, make_rollout
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 

@@ -230,7 +230,7 @@ class AgentState:
 
 @struct.dataclass
 class Observation:
-    """Ego-frame observation of every agent slot (normalised; see ``jaxdrive.observation``).
+    """Ego-frame observation of every agent slot (normalised; see ``jaxdrive.env.observation``).
 
     Partner and road arrays are *feature-major*: one contiguous row of K (or M) values
     per feature, which is what lets the simulator write them at memory speed. The last

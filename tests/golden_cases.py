@@ -116,7 +116,7 @@ def _timestep_record(ts, state) -> dict:
 
 def env_case(overrides: dict) -> dict[str, np.ndarray]:
     """30 steps of 4 envs: envs 0-1 lane-following, 2-3 random actions."""
-    from jaxdrive.controllers import lane_follow, random_actions
+    from jaxdrive.agents.controllers import lane_follow, random_actions
 
     env, params = _env_and_params(overrides)
     follow, rand = lane_follow(env), random_actions(env)
@@ -221,7 +221,7 @@ def ppo_case(kind: str) -> dict[str, np.ndarray]:
     """Three PPO iterations: every logged metric and the final parameters."""
     from jaxdrive.config import merge
     from jaxdrive.models.policy import Policy
-    from jaxdrive.train.config import RunConfig
+    from jaxdrive.runs.config import RunConfig
     from jaxdrive.train.ppo import PPO
     from jaxdrive.train.run import build_env
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
+import golden_cases
 import numpy as np
 import pytest
-
-import golden_cases
 
 # Places where merging duplicated code legitimately reorders a floating-point sum; each
 # is named with the tolerance it needs (none so far: every array is bit-identical).

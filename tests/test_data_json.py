@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdrive.controllers import log_replay
+from jaxdrive.agents.controllers import log_replay
 from jaxdrive.data import check_scenarios, load_scenarios, read_json_scene
 from jaxdrive.data.convert import ConvertConfig
 from jaxdrive.data.json_scene import scene_from_dict

@@ -11,7 +11,8 @@ import pytest
 shapely = pytest.importorskip("shapely")
 from shapely.geometry import Point, Polygon  # noqa: E402
 
-from jaxdrive.sim import geometry, road_index  # noqa: E402
+from jaxdrive import geometry  # noqa: E402
+from jaxdrive.scenarios import road_index  # noqa: E402
 from jaxdrive.types import Roadgraph, RoadType  # noqa: E402
 
 # Cases whose float64 reference margin is below this are ambiguous in float32

@@ -4,9 +4,8 @@ A covering subset runs by default (every goal behaviour, collision behaviour and
 mode at least once, trial mode with co-players, both dynamics models, both action
 spaces); the full goal x collision x control matrix is marked slow."""
 
-import pytest
-
 import golden_cases
+import pytest
 from golden_check import check_case
 
 DEFAULT = (

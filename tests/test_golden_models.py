@@ -3,7 +3,6 @@ mode with co-players on the transformer, plain episodes on the MLP) reproduce th
 recorded golden outputs bit for bit."""
 
 import pytest
-
 from golden_check import check_case
 
 

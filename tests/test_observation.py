@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scenes import straight_road
 
-from jaxdrive.observation import ObservationConfig, observe
+from jaxdrive.env.observation import ObservationConfig, observe
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
-from jaxdrive.sim.road_index import RoadIndexConfig
+from jaxdrive.scenarios.road_index import RoadIndexConfig
 from jaxdrive.types import AgentState, RoadType, tree_stack
 
 A = 6

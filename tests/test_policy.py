@@ -102,7 +102,7 @@ def test_policy_config_errors_name_the_key():
 
 @pytest.mark.slow
 def test_bench_policy_cli_writes_records(tmp_path):
-    from jaxdrive import bench
+    from jaxdrive.bench import cli as bench
 
     out = tmp_path / "p.json"
     rc = bench.main(["policy", "--policy", "transformer", "--batch", "8", "--partners", "3",

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scenes import CAR, SMALL_ENV, SMALL_SCENARIO, straight_road
 
+from jaxdrive.agents.controllers import log_replay
 from jaxdrive.config import ConfigError
-from jaxdrive.controllers import log_replay
-from jaxdrive.env import Env, EnvConfig
+from jaxdrive.env import Env, EnvConfig, episode_steps
 from jaxdrive.render.raster import AGENT_RGB, TRAIL_RGB, AgentColour, RenderConfig, render_frame
 from jaxdrive.render.record import FrameInfo, Recorder, VideoConfig, controller_actor, record
 from jaxdrive.render.video import (
@@ -20,7 +20,6 @@ from jaxdrive.render.video import (
     overlay_lines,
 )
 from jaxdrive.scenarios.pool import make_pool
-from jaxdrive.train.validation import episode_steps
 from jaxdrive.types import AgentState, Roadgraph, tree_stack
 
 SIZE = 32

@@ -11,7 +11,7 @@ import optax
 import orbax.checkpoint as ocp
 import pytest
 
-from jaxdrive.train.checkpoint import Checkpointer, find_checkpoints
+from jaxdrive.runs.checkpoint import Checkpointer, find_checkpoints
 
 
 def _train_state(seed: int) -> dict:

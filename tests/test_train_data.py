@@ -11,8 +11,8 @@ from test_train_run import STEPS_PER_IT, TINY, _lines
 from jaxdrive.data import convert_to_shards
 from jaxdrive.data.synth import synth_scenario
 from jaxdrive.data.tfrecord import write_records
+from jaxdrive.runs.config import RunConfig
 from jaxdrive.train import run
-from jaxdrive.train.config import RunConfig
 
 SYNTH = dict(num_objects=6, num_lanes=3, lane_points=30, num_edges=2, edge_points=40,
              num_lines=1, line_points=20, num_lights=1)

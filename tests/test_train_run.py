@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import yaml
 
-from jaxdrive.bench_policy import random_observation
+from jaxdrive.bench.policy import random_observation
 from jaxdrive.env import Env
 from jaxdrive.render import cli as render_cli
 from jaxdrive.render.record import VideoConfig
 from jaxdrive.render.video import count_video_frames
+from jaxdrive.runs.config import EvaluationConfig, RunConfig, load_run_config
 from jaxdrive.train import cli, run
-from jaxdrive.train.config import EvaluationConfig, RunConfig, load_run_config
 
 TINY = {
     "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
@@ -181,7 +181,7 @@ def test_shipped_training_presets_validate():
 
 
 def test_bench_train_cli_writes_policy_steps_per_s_and_compile_s(tmp_path, uninterrupted):
-    from jaxdrive import bench
+    from jaxdrive.bench import cli as bench
 
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(yaml.safe_dump(TINY))

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.models.policy import Policy
+from jaxdrive.runs.config import RunConfig
 from jaxdrive.telemetry import ema
-from jaxdrive.train.config import RunConfig
 from jaxdrive.train.ppo import PPO
 from jaxdrive.train.run import build_env
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from jaxdrive import bench, simulate
+from jaxdrive.bench import cli as bench
+from jaxdrive import simulate
 
 
 @pytest.mark.slow

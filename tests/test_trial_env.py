@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from scenes import CAR, SMALL_AGENTS, SMALL_ENV, SMALL_SCENARIO, straight_road
 
+from jaxdrive.agents.controllers import CONTROLLERS
+from jaxdrive.agents.rollout import RolloutStats
 from jaxdrive.config import ConfigError
-from jaxdrive.controllers import CONTROLLERS
 from jaxdrive.env import REMOVED_XY, Env, EnvConfig
-from jaxdrive.rollout import RolloutStats
+from jaxdrive.metrics.trials import TrialTotals
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
-from jaxdrive.trials import TrialTotals
 from jaxdrive.types import EntityKind, tree_stack
 
 A = SMALL_AGENTS

@@ -28,7 +28,7 @@ DEFAULT_SUITE_FILE = Path(__file__).resolve().parents[2] / "configs" / "eval" / 
 
 def _policy_and_configs(params, policy, env_config, procedural):
     """(policy, params, env config, procedural config, step, run dir)."""
-    from jaxdrive.train.run import LoadedPolicy, load_policy
+    from jaxdrive.runs.load import LoadedPolicy, load_policy
 
     if isinstance(params, str | os.PathLike):
         params = load_policy(params)

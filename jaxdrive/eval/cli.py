@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from jaxdrive.eval.evaluators import make_evaluators
     from jaxdrive.eval.runner import run_evaluators, timestamped_dir
     from jaxdrive.eval.suite import select_suite
-    from jaxdrive.train.run import load_policy
+    from jaxdrive.runs.load import load_policy
 
     try:
         loaded = load_policy(args.checkpoint, which=args.which)

@@ -33,12 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxdrive.actors import Actor, policy_actor
-from jaxdrive.env import Env, EnvConfig
+from jaxdrive.agents.actors import Actor, policy_actor
+from jaxdrive.env import Env, EnvConfig, episode_steps
 from jaxdrive.eval.rollout import OUTCOMES, EpisodeRecord, make_episode_rollout, outcome
 from jaxdrive.eval.suite import EvaluatorSpec
 from jaxdrive.scenarios.pool import make_pool
-from jaxdrive.train.validation import episode_steps
 from jaxdrive.types import Scenario
 
 

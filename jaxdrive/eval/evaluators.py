@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.actors import Actor, policy_actor
+from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.config import ConfigError
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.eval.evaluator import EvalResult, Evaluator, base_metrics

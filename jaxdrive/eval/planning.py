@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdrive import geometry
 from jaxdrive.config import ConfigBase, ConfigError, check_range
-from jaxdrive.sim import geometry
 from jaxdrive.types import RoadType
 
 F32 = jnp.float32

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxdrive.actors import Actor
+from jaxdrive.agents.actors import Actor
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
 from jaxdrive.types import EntityKind
 

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from jaxdrive.env.observation import EGO_FEATURES
 from jaxdrive.models.softmax import joint_softmax
-from jaxdrive.observation import EGO_FEATURES
 from jaxdrive.types import ObjectType, Observation, RoadType
 
 NUM_OBJECT_TYPES = len(ObjectType)

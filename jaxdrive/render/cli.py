@@ -43,16 +43,15 @@ def _scenes(args, config):
 
 def build(args):
     """(recorder, params, env_params, num_frames, step) for the parsed arguments."""
-    from jaxdrive.controllers import log_replay, random_actions
-    from jaxdrive.env import Env
+    from jaxdrive.agents.controllers import log_replay, random_actions
+    from jaxdrive.env import Env, episode_steps
     from jaxdrive.render.record import Recorder, VideoConfig, controller_actor, policy_actor
+    from jaxdrive.runs.config import load_run_config
     from jaxdrive.scenarios.pool import make_pool
-    from jaxdrive.train.config import load_run_config
-    from jaxdrive.train.validation import episode_steps
 
     overrides = parse_overrides(args.overrides)
     if args.checkpoint:
-        from jaxdrive.train.run import load_policy, read_run_config
+        from jaxdrive.runs.load import load_policy, read_run_config
 
         loaded = load_policy(args.checkpoint, which=args.which)
         config = read_run_config(loaded.run_dir, overrides) if overrides else loaded.config

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxdrive.actors import Actor, controller_actor, policy_actor  # noqa: F401 (re-export)
+from jaxdrive.agents.actors import Actor, controller_actor, policy_actor  # noqa: F401 (re-export)
 from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int, check_range
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
 from jaxdrive.render.raster import EGO_METRES_PER_PIXEL, VIEWS, RenderConfig, render_state

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.config import ConfigError
-from jaxdrive.sim.road_index import RoadIndex, RoadIndexConfig, build_road_index
+from jaxdrive.scenarios.road_index import RoadIndex, RoadIndexConfig, build_road_index
 from jaxdrive.types import Scenario
 
 

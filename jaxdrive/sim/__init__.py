@@ -1,1 +1,1 @@
-"""Simulator core: geometry, dynamics, road spatial index."""
+"""Simulator core: dynamics models, the multi-trial bookkeeping (``trials``)."""

@@ -1,13 +1,19 @@
-"""PPO training: ``python -m jaxdrive.train``, ``load_policy(run_dir)``.
+"""PPO training: ``python -m jaxdrive.train``.
 
-Modules: ``config`` (run configuration), ``ppo`` (the jitted training step), ``gae``,
-``losses``, ``validation``, ``checkpoint`` (orbax), ``run`` (the host loop), ``cli``.
+Modules: ``ppo`` (the jitted training step), ``gae``, ``losses``, ``validation``, ``run``
+(the host loop), ``cli``. The run configuration, checkpoints and ``load_policy`` live in
+``jaxdrive.runs`` (below ``train`` and ``eval``); ``jaxdrive.train.load_policy`` stays
+as a shortcut.
 """
 
 
 def __getattr__(name):  # lazy: ``jaxdrive.train.gae`` should not import orbax
-    if name in ("load_policy", "train", "LoadedPolicy"):
+    if name in ("load_policy", "LoadedPolicy"):
+        from jaxdrive.runs import load
+
+        return getattr(load, name)
+    if name == "train":
         from jaxdrive.train import run
 
-        return getattr(run, name)
+        return run.train
     raise AttributeError(name)

@@ -7,7 +7,7 @@ Prints the run directory; it holds config.yaml (resolved), metrics.jsonl and
 checkpoints/. ``--set train.total_steps=N`` shortens (or, with --resume, extends) a run.
 A resumed run uses the run directory's saved config.yaml (plus ``--set``).
 Config sections: env, procedural, policy, train, validation, checkpoint, logging (see
-``jaxdrive.train.config``).
+``jaxdrive.runs.config``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 from jaxdrive.config import ConfigError, parse_overrides
-from jaxdrive.train.config import load_run_config
-from jaxdrive.train.run import new_run_dir, read_run_config, summary_lines, train
+from jaxdrive.runs.config import load_run_config
+from jaxdrive.runs.load import read_run_config
+from jaxdrive.train.run import new_run_dir, summary_lines, train
 
 
 def main(argv: list[str] | None = None) -> int:

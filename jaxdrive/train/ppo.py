@@ -28,8 +28,8 @@ from flax import struct
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
 from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
+from jaxdrive.runs.config import RunConfig
 from jaxdrive.telemetry import ema
-from jaxdrive.train.config import RunConfig
 from jaxdrive.train.gae import bootstrap_stop, gae
 from jaxdrive.train.losses import LossStats, masked_mean, normalize_advantages, ppo_loss
 from jaxdrive.types import Observation

@@ -22,25 +22,24 @@ import datetime
 import math
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import yaml
 
-from jaxdrive.config import merge
-from jaxdrive.env import Env, EnvParams
+from jaxdrive.env import Env, EnvParams, episode_steps
 from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
+from jaxdrive.runs.checkpoint import Checkpointer
+from jaxdrive.runs.config import RunConfig
+from jaxdrive.runs.load import load_policy, save_config
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
-from jaxdrive.train.config import RunConfig
 from jaxdrive.train.ppo import PPO
-from jaxdrive.train.validation import episode_steps, make_validator
+from jaxdrive.train.validation import make_validator
 
 BEST_METRIC = "val/goal_rate"
 CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
@@ -107,57 +106,6 @@ class SceneStream:
         self.dataset.close()
 
 
-def save_config(config: RunConfig, path: Path) -> None:
-    with open(path, "w") as f:
-        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
-
-
-def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunConfig:
-    """The resolved ``config.yaml`` of a run directory (with ``overrides`` on top)."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: '{run_dir}' is not a jaxdrive run "
-                                "directory (it should hold config.yaml and checkpoints/).")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
-    return RunConfig.from_dict(merge(data, overrides or {}))
-
-
-@dataclass
-class LoadedPolicy:
-    """A trained policy rebuilt from a run directory."""
-
-    policy: Policy
-    params: object
-    config: RunConfig
-    step: int
-    run_dir: Path
-
-
-def load_policy(run_dir: str | Path, which: str = "best") -> LoadedPolicy:
-    """Rebuild the policy of a run from its saved config and a checkpoint.
-
-    Args:
-      run_dir: a run directory (or its ``checkpoints/``).
-      which: ``best`` (by validation goal rate; falls back to ``last`` when the run has
-        no best checkpoint) or ``last``.
-    """
-    from jaxdrive.train.checkpoint import Checkpointer, find_checkpoints
-
-    ckpt_dir = find_checkpoints(run_dir)
-    config = read_run_config(ckpt_dir.parent)
-    policy = Policy.for_env(config.policy, Env(config.env))
-    ckpt = Checkpointer(ckpt_dir)
-    try:
-        if which == "best" and ckpt.latest_step("best") is None:
-            which = "last"
-        raw, meta = ckpt.restore_raw(which=which)
-    finally:
-        ckpt.close()
-    return LoadedPolicy(policy=policy, params=raw["params"], config=config,
-                        step=int(meta.get("step", 0)), run_dir=ckpt_dir.parent)
-
-
 def new_run_dir(config: RunConfig, name: str) -> Path:
     """``output_dir/NAME-YYYYmmdd-HHMMSS`` (a suffix keeps concurrent runs apart)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -219,7 +167,6 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
     ``run_dir`` must exist; a fresh run saves ``config.yaml`` there first.
     """
     # Imported here so that build_env (benchmarks) does not need orbax.
-    from jaxdrive.train.checkpoint import Checkpointer
 
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     run_dir = Path(run_dir)

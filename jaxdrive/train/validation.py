@@ -11,28 +11,14 @@ env as it is (co-players, if any, act with the learner and are not scored).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from jaxdrive.env import Env
-
-if TYPE_CHECKING:
-    from jaxdrive.eval.evaluator import Evaluator
-    from jaxdrive.train.config import RunConfig
-
-
-def episode_steps(env: Env) -> int:
-    """Steps that cover one whole episode (every trial in trial mode)."""
-    c = env.config
-    if c.goal_behavior == "trial":
-        return c.num_trials * c.trial_length
-    return c.num_episode_steps
+from jaxdrive.eval.evaluator import Evaluator
+from jaxdrive.eval.evaluators import MultiScenario
+from jaxdrive.eval.suite import load_suite_specs
+from jaxdrive.runs.config import RunConfig
 
 
 def make_validator(config: RunConfig) -> Evaluator:
     """The validation evaluator of a run (compiled on first use, reused after)."""
-    from jaxdrive.eval.evaluators import MultiScenario
-    from jaxdrive.eval.suite import load_suite_specs
-
     v = config.validation
     section = {"type": "multi_scenario", "num_scenarios": v.num_scenes,
                "batch_size": v.num_scenes, "seed": v.seed, "deterministic": True,

@@ -24,9 +24,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from jaxdrive import geometry
 from jaxdrive.config import ConfigBase, check_int, check_range
+from jaxdrive.scenarios import road_index
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.sim import geometry, road_index
 from jaxdrive.types import AgentState, Observation
 
 EGO_FEATURES = 8

@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdrive import geometry
 from jaxdrive.config import ConfigBase, ConfigError, check_int, check_range
-from jaxdrive.sim import geometry
 from jaxdrive.types import Roadgraph, RoadType
 
 

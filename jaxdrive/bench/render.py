@@ -14,7 +14,7 @@ import time
 import jax
 import numpy as np
 
-from jaxdrive.controllers import log_replay
+from jaxdrive.agents.controllers import log_replay
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.render.record import Recorder, VideoConfig, controller_actor, record
 from jaxdrive.scenarios.pool import make_pool

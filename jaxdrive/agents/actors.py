@@ -1,6 +1,6 @@
 """Actors: who drives the controlled agents of a batch of environments in a rollout.
 
-An ``Actor`` wraps a built-in controller (``jaxdrive.controllers``) or a policy
+An ``Actor`` wraps a built-in controller (``jaxdrive.agents.controllers``) or a policy
 (``jaxdrive.models.Policy`` with its KV cache) behind one interface, so that recordings
 (``jaxdrive.render``) and evaluators (``jaxdrive.eval``) run either the same way.
 """
@@ -33,7 +33,7 @@ class Actor:
 
 
 def controller_actor(env: Env, controller) -> Actor:
-    """An ``Actor`` from a controller of ``jaxdrive.controllers`` (ignores ``params``)."""
+    """An ``Actor`` from a controller of ``jaxdrive.agents.controllers`` (ignores ``params``)."""
     act_batch = jax.vmap(controller, in_axes=(None, 0, 0, 0))
 
     def act(params, carry, env_params, state, timestep, key):

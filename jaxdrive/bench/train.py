@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from jaxdrive.models.policy import Policy, param_count
-from jaxdrive.train.config import RunConfig
+from jaxdrive.runs.config import RunConfig
 from jaxdrive.train.ppo import PPO
 from jaxdrive.train.run import build_env
 

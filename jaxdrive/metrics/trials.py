@@ -1,22 +1,5 @@
-"""Per-trial bookkeeping of multi-trial episodes and its on-device reduction.
-
-An episode in ``goal_behavior: trial`` mode is K trials of one scenario (see
-``jaxdrive.env``). ``TrialStats`` lives in each environment's state and records every
-trial of the current episode as it ends; the step that ends the episode hands it out in
-its ``TimeStep``. ``TrialTotals`` sums those records over many environments and steps
-(all on device) and turns them into the adaptation metrics:
-
-- ``trial_{k}_score``: share of ego agents that reached their goal in trial k, pooled
-  over completed episodes (co-players never count);
-- ``ada_delta_trial_{k}_minus_0`` = ``trial_{k}_score - trial_0_score`` for 0 < k < K;
-- ``trials_completed``, ``trials_goal_reached`` (every controlled agent reached its goal,
-  so the trial ended early), ``trials_timed_out`` and ``trial_mean_length`` (steps),
-  counted per environment episode;
-- ``co_player_trial_{k}_score``, the same share for co-players, kept apart.
-
-Only completed episodes count, so that every trial index is averaged over the same
-episodes and the deltas compare like with like.
-"""
+"""On-device reduction of multi-trial episodes' ``TrialStats`` into adaptation metrics
+(see ``jaxdrive.sim.trials`` for the definitions)."""
 
 from __future__ import annotations
 
@@ -24,61 +7,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-
-@struct.dataclass
-class TrialStats:
-    """One environment's record of the trials of its current episode (K = num_trials).
-
-    Attributes:
-      ego_reached: (K,) int32, ego agents that reached their goal in trial k.
-      co_reached: (K,) int32, co-players that reached their goal in trial k.
-      length: (K,) int32, steps trial k lasted (0 while it has not ended).
-      timed_out: (K,) bool, trial k ended by its timeout.
-      goal_reached: (K,) bool, every controlled agent reached its goal in trial k.
-      num_ego, num_co: () int32, ego agents and co-players in the episode.
-    """
-
-    ego_reached: jax.Array
-    co_reached: jax.Array
-    length: jax.Array
-    timed_out: jax.Array
-    goal_reached: jax.Array
-    num_ego: jax.Array
-    num_co: jax.Array
-
-    @classmethod
-    def zeros(cls, num_trials: int, ego: jax.Array, co_player: jax.Array) -> TrialStats:
-        """Empty record for an episode whose (A,) role masks are ``ego``, ``co_player``."""
-        zi = jnp.zeros((num_trials,), jnp.int32)
-        zb = jnp.zeros((num_trials,), bool)
-        return cls(zi, zi, zi, zb, zb, jnp.sum(ego, dtype=jnp.int32),
-                   jnp.sum(co_player, dtype=jnp.int32))
-
-    def record(
-        self,
-        trial: jax.Array,
-        ended: jax.Array,
-        reached: jax.Array,
-        ego: jax.Array,
-        co_player: jax.Array,
-        length: jax.Array,
-        timed_out: jax.Array,
-    ) -> TrialStats:
-        """Write trial ``trial`` () if ``ended`` (): ``reached`` (A,) bool are the agents
-        that reached their goal in it, ``length`` () its steps, ``timed_out`` () why."""
-        slot = (jnp.arange(self.length.shape[0]) == trial) & ended
-        controlled = ego | co_player
-        all_reached = jnp.all(reached | ~controlled) & jnp.any(controlled)
-        put = lambda old, new: jnp.where(slot, new, old)
-        return TrialStats(
-            ego_reached=put(self.ego_reached, jnp.sum(reached & ego, dtype=jnp.int32)),
-            co_reached=put(self.co_reached, jnp.sum(reached & co_player, dtype=jnp.int32)),
-            length=put(self.length, length.astype(jnp.int32)),
-            timed_out=put(self.timed_out, timed_out),
-            goal_reached=put(self.goal_reached, all_reached & ~timed_out),
-            num_ego=self.num_ego,
-            num_co=self.num_co,
-        )
+from jaxdrive.sim.trials import TrialStats
 
 
 @struct.dataclass

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.env.observation import EGO_FEATURES, PARTNER_FEATURES, ROAD_FEATURES
 from jaxdrive.models.policy import Policy, PolicyConfig, param_count
-from jaxdrive.observation import EGO_FEATURES, PARTNER_FEATURES, ROAD_FEATURES
 from jaxdrive.types import Observation
 
 

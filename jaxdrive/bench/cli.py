@@ -17,8 +17,8 @@ multi-trial episodes (``goal_behavior: trial``, K trials of the default timeout)
 
 ``policy``, ``train``, ``render`` and ``eval`` time the policy's paths, whole PPO
 iterations, recordings (env steps with on-device frames) and evaluations; see
-``jaxdrive.bench_policy``, ``jaxdrive.bench_train``, ``jaxdrive.bench_render`` and
-``jaxdrive.bench_eval``.
+``jaxdrive.bench.policy``, ``jaxdrive.bench.train``, ``jaxdrive.bench.render`` and
+``jaxdrive.bench.eval``.
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ def _write(path: str, what: str, records: list[dict], argv, top_level: bool = Fa
 
 
 def _main_policy(p, args, argv) -> int:
-    from jaxdrive.bench_policy import bench_policy, policy_table
+    from jaxdrive.bench.policy import bench_policy, policy_table
     from jaxdrive.models.policy import PolicyConfig
 
     if min(args.batch) < 1 or args.seq_len < 1 or args.partners < 0 or args.road_obs < 0:
@@ -350,8 +350,8 @@ def _main_policy(p, args, argv) -> int:
 
 
 def _main_train(args, argv) -> int:
-    from jaxdrive.bench_train import bench_train, train_table
-    from jaxdrive.train.config import load_run_config
+    from jaxdrive.bench.train import bench_train, train_table
+    from jaxdrive.runs.config import load_run_config
 
     path = args.config or os.path.join(os.path.dirname(__file__), "..", "configs",
                                        "quickstart.yaml")
@@ -381,7 +381,7 @@ def _main_train(args, argv) -> int:
 
 
 def _main_render(args, argv) -> int:
-    from jaxdrive.bench_render import bench_render, render_table
+    from jaxdrive.bench.render import bench_render, render_table
 
     print(f"jaxdrive bench render: backend {jax.default_backend()}, "
           f"{jax.devices()[0].device_kind}, {args.envs} envs x {args.steps} steps at "
@@ -399,7 +399,7 @@ def _main_render(args, argv) -> int:
 
 
 def _main_eval(args, argv) -> int:
-    from jaxdrive.bench_eval import bench_eval, eval_table
+    from jaxdrive.bench.eval import bench_eval, eval_table
 
     print(f"jaxdrive bench eval: backend {jax.default_backend()}, "
           f"{jax.devices()[0].device_kind}, {args.scenarios} scenarios x {args.steps} steps, "

@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxdrive import geometry
+from jaxdrive.scenarios import road_index
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.sim import geometry, road_index
 from jaxdrive.types import AgentState
 
 

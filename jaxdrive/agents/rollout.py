@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
-from jaxdrive.trials import TrialTotals
+from jaxdrive.metrics.trials import TrialTotals
 
 Controller = Callable[[EnvParams, EnvState, TimeStep, jax.Array], jax.Array]
 

@@ -27,289 +27,26 @@ env auto-resets at once, the "episode ended" flag is the step's ``episode_done``
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
-from jaxdrive.config import (
-    ConfigBase,
-    ConfigError,
-    check_choice,
-    check_int,
-    check_interval,
-    check_range,
-)
-from jaxdrive.metrics import StepMetrics, compute_metrics
-from jaxdrive.observation import ObservationConfig, observe
-from jaxdrive.rewards import RewardConfig, RewardWeights, reward
-from jaxdrive.scenarios.base import ScenarioConfig, validate_scenario
+from jaxdrive import geometry
+from jaxdrive.config import ConfigError
+from jaxdrive.env.config import OBJECT_TYPE_NAMES, EnvConfig
+from jaxdrive.env.observation import observe
+from jaxdrive.env.rewards import reward
+from jaxdrive.env.state import EnvParams, EnvState, EpisodeStats, TimeStep
+from jaxdrive.metrics.step import StepMetrics, compute_metrics
+from jaxdrive.scenarios.base import validate_scenario
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.sim import geometry
-from jaxdrive.sim.dynamics import DynamicsConfig, apply_action, make_dynamics
-from jaxdrive.sim.road_index import RoadIndexConfig
-from jaxdrive.trials import TrialStats
-from jaxdrive.types import AgentState, EntityKind, ObjectType, Observation, RoadType, Role
+from jaxdrive.sim.dynamics import apply_action, make_dynamics
+from jaxdrive.sim.trials import TrialStats
+from jaxdrive.types import AgentState, EntityKind, Observation, RoadType, Role
 
-CONTROL_MODES = ("all", "sdc", "fraction")
-COLLISION_BEHAVIORS = ("ignore", "stop", "remove")
-GOAL_BEHAVIORS = ("respawn", "new_goal", "stop", "trial")
 # Where removed agents are parked: far outside any map, never collidable or observed.
 REMOVED_XY = -1.0e5
-_OBJECT_TYPE_NAMES = {t.name.lower(): int(t) for t in ObjectType if t != ObjectType.UNSET}
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvConfig(ConfigBase):
-    """Everything static about an environment (shapes, behaviours, model choices).
-
-    Attributes:
-      scenario, dynamics, observation, reward, road_index: per-concern configs.
-      control_mode: ``all`` valid objects of ``controlled_types`` (self-play); ``sdc``
-        only the self-driving car (everyone else replays the log); ``fraction`` each
-        controllable object with probability ``controlled_fraction`` (the SDC always).
-        Objects that start within ``goal_radius`` of their goal are never controlled.
-      controlled_types: object types the policy may drive (``vehicle``, ``pedestrian``,
-        ``cyclist``, ``other``).
-      collision_behavior: ``ignore`` (only counted), ``stop`` (the agent freezes in place
-        and terminates), ``remove`` (the agent leaves the scene and terminates).
-      goal_behavior: ``respawn`` (back to its initial pose, same goal), ``new_goal`` (a new
-        goal on a lane ahead), ``stop`` (freezes at the goal and terminates), ``trial``
-        (removed until the trial ends; multi-trial episodes, see the module doc).
-      num_trials: K, trials per episode under ``trial`` (1 = an ordinary episode).
-      trial_timeout: steps per trial under ``trial``; ``None`` = ``episode_length``
-        (default the rest of the log).
-      co_player_fraction: each controlled agent but one (the SDC if controlled, else the
-        first) is a co-player (``Role.CO_PLAYER``, driven by a frozen partner policy and
-        never scored) with this probability; the rest are ego agents.
-      goal_radius: metres from the goal that count as reaching it.
-      new_goal_distance: [low, high] metres for ``new_goal`` sampling.
-      init_step: logged step at which episodes start (10 = 1.1 s of history in WOMD).
-      episode_length: steps per episode; ``None`` = the rest of the log
-        (``num_steps - 1 - init_step``).
-      static_threshold: a non-controlled object that moves less than this many metres
-        over the episode in its log (and starts slower than this in m/s) is held
-        static instead of replayed.
-    """
-
-    scenario: ScenarioConfig = ScenarioConfig()
-    dynamics: DynamicsConfig = DynamicsConfig()
-    observation: ObservationConfig = ObservationConfig()
-    reward: RewardConfig = RewardConfig()
-    road_index: RoadIndexConfig = RoadIndexConfig()
-    control_mode: str = "all"
-    controlled_fraction: float = 0.5
-    controlled_types: tuple[str, ...] = ("vehicle",)
-    collision_behavior: str = "ignore"
-    goal_behavior: str = "stop"
-    num_trials: int = 1
-    trial_timeout: int | None = None
-    co_player_fraction: float = 0.0
-    goal_radius: float = 2.0
-    new_goal_distance: tuple[float, float] = (10.0, 60.0)
-    init_step: int = 10
-    episode_length: int | None = None
-    static_threshold: float = 0.5
-
-    def __post_init__(self):
-        check_choice("control_mode", self.control_mode, CONTROL_MODES)
-        check_range("controlled_fraction", self.controlled_fraction, 0.0, 1.0)
-        if not isinstance(self.controlled_types, tuple) or not self.controlled_types:
-            raise ConfigError(
-                "config key 'controlled_types' must be a non-empty list of object types, "
-                f"e.g. [vehicle]; got {self.controlled_types!r}."
-            )
-        for name in self.controlled_types:
-            check_choice("controlled_types", name, tuple(_OBJECT_TYPE_NAMES))
-        check_choice("collision_behavior", self.collision_behavior, COLLISION_BEHAVIORS)
-        check_choice("goal_behavior", self.goal_behavior, GOAL_BEHAVIORS)
-        check_range("goal_radius", self.goal_radius, 0.0, None, lo_open=True)
-        check_interval("new_goal_distance", self.new_goal_distance, 0.0, None)
-        check_range("static_threshold", self.static_threshold, 0.0, None)
-        t = self.scenario.num_steps
-        check_int("init_step", self.init_step, 0, t - 2)
-        if self.episode_length is not None:
-            check_int("episode_length", self.episode_length, 1, t - 1 - self.init_step)
-        check_int("num_trials", self.num_trials, 1, 1024)
-        check_range("co_player_fraction", self.co_player_fraction, 0.0, 1.0)
-        if self.trial_timeout is not None:
-            check_int("trial_timeout", self.trial_timeout, 1, t - 1 - self.init_step)
-        if self.goal_behavior != "trial" and (self.num_trials != 1
-                                              or self.trial_timeout is not None):
-            raise ConfigError(
-                "config keys 'num_trials' / 'trial_timeout' only apply with "
-                f"goal_behavior: trial (got goal_behavior: {self.goal_behavior}); set "
-                "goal_behavior: trial or remove them."
-            )
-        if self.observation.num_road > self.road_index.road_per_cell:
-            raise ConfigError(
-                f"config key 'observation.num_road' = {self.observation.num_road} exceeds "
-                f"'road_index.road_per_cell' = {self.road_index.road_per_cell}; raise "
-                "road_per_cell or lower num_road."
-            )
-
-    @property
-    def num_episode_steps(self) -> int:
-        if self.episode_length is not None:
-            return self.episode_length
-        return self.scenario.num_steps - 1 - self.init_step
-
-    @property
-    def trial_length(self) -> int:
-        """Steps per trial before the timeout (the episode length outside trial mode)."""
-        return self.trial_timeout if self.trial_timeout is not None else self.num_episode_steps
-
-
-@struct.dataclass
-class EnvParams:
-    """Traced parameters of the environment: the scenario pool and reward weights."""
-
-    pool: ScenarioPool
-    reward: RewardWeights
-
-
-@struct.dataclass
-class EpisodeStats:
-    """Per-agent episode accumulators (A,).
-
-    Attributes:
-      goal_reached, collided, offroad: bool, happened at least once while acting.
-      return_: float32, sum of rewards.
-      length: int32, steps the agent acted.
-    """
-
-    goal_reached: jax.Array
-    collided: jax.Array
-    offroad: jax.Array
-    return_: jax.Array
-    length: jax.Array
-
-    @classmethod
-    def zeros(cls, num_agents: int) -> EpisodeStats:
-        b = jnp.zeros((num_agents,), bool)
-        return cls(b, b, b, jnp.zeros((num_agents,), jnp.float32),
-                   jnp.zeros((num_agents,), jnp.int32))
-
-
-@struct.dataclass
-class EnvState:
-    """The changing state of one environment.
-
-    Attributes:
-      scenario_id: () int32, index into the pool.
-      step: () int32, steps taken in this episode (log index = init_step + step).
-      agents: ``AgentState`` (A agents).
-      kind: (A,) int32, ``EntityKind``.
-      role: (A,) int32, ``Role`` of each controlled agent (``EGO`` elsewhere).
-      length, width: (A,) float32; obj_type: (A,) int32; goal: (A, 2) float32.
-      done: (A,) bool, controlled agents that no longer act (terminated, or out of the
-        current trial).
-      removed: (A,) bool, agents taken out of the scene.
-      reached: (A,) bool, agents that reached their goal in the current trial.
-      goal_distance: (A,) float32, for progress.
-      trial: () int32, index of the current trial (0 outside trial mode).
-      trial_start: () int32, ``step`` at which the current trial began; experts replay
-        log step ``init_step + step - trial_start``.
-      episode: ``EpisodeStats``.
-      trials: ``TrialStats`` of the current episode.
-      key: PRNG key for auto-reset and goal sampling.
-    """
-
-    scenario_id: jax.Array
-    step: jax.Array
-    agents: AgentState
-    kind: jax.Array
-    role: jax.Array
-    length: jax.Array
-    width: jax.Array
-    obj_type: jax.Array
-    goal: jax.Array
-    done: jax.Array
-    removed: jax.Array
-    reached: jax.Array
-    goal_distance: jax.Array
-    trial: jax.Array
-    trial_start: jax.Array
-    episode: EpisodeStats
-    trials: TrialStats
-    key: jax.Array
-
-    @property
-    def controlled(self) -> jax.Array:
-        return self.kind == EntityKind.CONTROLLED
-
-    @property
-    def active(self) -> jax.Array:
-        """(A,) bool: controlled agents that act on the next step."""
-        return self.controlled & ~self.done
-
-    @property
-    def ego(self) -> jax.Array:
-        """(A,) bool: controlled agents driven by the learning policy."""
-        return self.controlled & (self.role == Role.EGO)
-
-    @property
-    def co_player(self) -> jax.Array:
-        """(A,) bool: controlled agents driven by a frozen partner policy."""
-        return self.controlled & (self.role == Role.CO_PLAYER)
-
-    @property
-    def trial_step(self) -> jax.Array:
-        """() int32: steps since the current trial began (= ``step`` outside trial mode)."""
-        return self.step - self.trial_start
-
-
-@struct.dataclass
-class TimeStep:
-    """What a step (or reset) returns besides the state.
-
-    Attributes:
-      obs: ``Observation`` for choosing the next action.
-      active: (A,) bool, agents whose next action counts (controlled and not done).
-      reward: (A,) float32, for the step just taken (zero at reset).
-      terminated: (A,) bool, absorbing end for that agent on this step (in trial mode:
-        the episode's last trial ended, for every controlled agent).
-      truncated: (A,) bool, the episode's time limit (or its early end) cut the agent off;
-        in trial mode, a trial other than the last ended.
-      trial_ended: (A,) bool, a trial ended on this step (trial mode; every controlled
-        agent, the last trial included).
-      metrics: ``StepMetrics`` of the state the step reached (before any auto-reset).
-      episode_done: () bool, the episode ended on this step and the env was reset.
-      trial_done: () bool, a trial ended on this step (trial mode; also when the env has
-        no controlled agent; equal to ``episode_done`` outside trial mode).
-      episode: ``EpisodeStats`` of the episode that ended (meaningful when
-        ``episode_done``; use ``episode_mask`` for the agents that count).
-      episode_mask: (A,) bool, controlled agents of the ended episode.
-      episode_ego: (A,) bool, its ego agents (``episode_mask`` minus co-players).
-      trials: ``TrialStats`` of the episode that ended (meaningful when ``episode_done``).
-      first: () bool, ``obs`` is the first of an episode (reset or auto-reset): a
-        policy's memory starts afresh here, and only here.
-      trial: () int32, trial index of ``obs``.
-      removed: (A,) bool, agents removed in ``obs``'s state (their observations are
-        garbage for the policy's memory).
-      ego, co_player: (A,) bool, roles in ``obs``'s episode.
-    """
-
-    obs: Observation
-    active: jax.Array
-    reward: jax.Array
-    terminated: jax.Array
-    truncated: jax.Array
-    trial_ended: jax.Array
-    metrics: StepMetrics
-    episode_done: jax.Array
-    trial_done: jax.Array
-    episode: EpisodeStats
-    episode_mask: jax.Array
-    episode_ego: jax.Array
-    trials: TrialStats
-    first: jax.Array
-    trial: jax.Array
-    removed: jax.Array
-    ego: jax.Array
-    co_player: jax.Array
 
 
 class Env:
@@ -323,7 +60,7 @@ class Env:
         self.config = config or EnvConfig()
         self.dynamics = make_dynamics(self.config.dynamics)
         self._controlled_types = tuple(
-            _OBJECT_TYPE_NAMES[n] for n in self.config.controlled_types
+            OBJECT_TYPE_NAMES[n] for n in self.config.controlled_types
         )
 
     # ------------------------------------------------------------------ params
@@ -706,3 +443,11 @@ def _park_removed(agents: AgentState, removed: jax.Array) -> AgentState:
         vel=jnp.where(removed[:, None], 0.0, agents.vel),
         valid=agents.valid & ~removed,
     )
+
+
+def episode_steps(env: Env) -> int:
+    """Steps that cover one whole episode (every trial in trial mode)."""
+    c = env.config
+    if c.goal_behavior == "trial":
+        return c.num_trials * c.trial_length
+    return c.num_episode_steps

@@ -1,0 +1,5 @@
+import sys
+
+from jaxdrive.bench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,163 @@
+"""The environment's pytrees: traced parameters, per-env state, what a step returns."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxdrive.env.rewards import RewardWeights
+from jaxdrive.metrics.step import StepMetrics
+from jaxdrive.scenarios.pool import ScenarioPool
+from jaxdrive.sim.trials import TrialStats
+from jaxdrive.types import AgentState, EntityKind, Observation, Role
+
+
+@struct.dataclass
+class EnvParams:
+    """Traced parameters of the environment: the scenario pool and reward weights."""
+
+    pool: ScenarioPool
+    reward: RewardWeights
+
+
+@struct.dataclass
+class EpisodeStats:
+    """Per-agent episode accumulators (A,).
+
+    Attributes:
+      goal_reached, collided, offroad: bool, happened at least once while acting.
+      return_: float32, sum of rewards.
+      length: int32, steps the agent acted.
+    """
+
+    goal_reached: jax.Array
+    collided: jax.Array
+    offroad: jax.Array
+    return_: jax.Array
+    length: jax.Array
+
+    @classmethod
+    def zeros(cls, num_agents: int) -> EpisodeStats:
+        b = jnp.zeros((num_agents,), bool)
+        return cls(b, b, b, jnp.zeros((num_agents,), jnp.float32),
+                   jnp.zeros((num_agents,), jnp.int32))
+
+
+@struct.dataclass
+class EnvState:
+    """The changing state of one environment.
+
+    Attributes:
+      scenario_id: () int32, index into the pool.
+      step: () int32, steps taken in this episode (log index = init_step + step).
+      agents: ``AgentState`` (A agents).
+      kind: (A,) int32, ``EntityKind``.
+      role: (A,) int32, ``Role`` of each controlled agent (``EGO`` elsewhere).
+      length, width: (A,) float32; obj_type: (A,) int32; goal: (A, 2) float32.
+      done: (A,) bool, controlled agents that no longer act (terminated, or out of the
+        current trial).
+      removed: (A,) bool, agents taken out of the scene.
+      reached: (A,) bool, agents that reached their goal in the current trial.
+      goal_distance: (A,) float32, for progress.
+      trial: () int32, index of the current trial (0 outside trial mode).
+      trial_start: () int32, ``step`` at which the current trial began; experts replay
+        log step ``init_step + step - trial_start``.
+      episode: ``EpisodeStats``.
+      trials: ``TrialStats`` of the current episode.
+      key: PRNG key for auto-reset and goal sampling.
+    """
+
+    scenario_id: jax.Array
+    step: jax.Array
+    agents: AgentState
+    kind: jax.Array
+    role: jax.Array
+    length: jax.Array
+    width: jax.Array
+    obj_type: jax.Array
+    goal: jax.Array
+    done: jax.Array
+    removed: jax.Array
+    reached: jax.Array
+    goal_distance: jax.Array
+    trial: jax.Array
+    trial_start: jax.Array
+    episode: EpisodeStats
+    trials: TrialStats
+    key: jax.Array
+
+    @property
+    def controlled(self) -> jax.Array:
+        return self.kind == EntityKind.CONTROLLED
+
+    @property
+    def active(self) -> jax.Array:
+        """(A,) bool: controlled agents that act on the next step."""
+        return self.controlled & ~self.done
+
+    @property
+    def ego(self) -> jax.Array:
+        """(A,) bool: controlled agents driven by the learning policy."""
+        return self.controlled & (self.role == Role.EGO)
+
+    @property
+    def co_player(self) -> jax.Array:
+        """(A,) bool: controlled agents driven by a frozen partner policy."""
+        return self.controlled & (self.role == Role.CO_PLAYER)
+
+    @property
+    def trial_step(self) -> jax.Array:
+        """() int32: steps since the current trial began (= ``step`` outside trial mode)."""
+        return self.step - self.trial_start
+
+
+@struct.dataclass
+class TimeStep:
+    """What a step (or reset) returns besides the state.
+
+    Attributes:
+      obs: ``Observation`` for choosing the next action.
+      active: (A,) bool, agents whose next action counts (controlled and not done).
+      reward: (A,) float32, for the step just taken (zero at reset).
+      terminated: (A,) bool, absorbing end for that agent on this step (in trial mode:
+        the episode's last trial ended, for every controlled agent).
+      truncated: (A,) bool, the episode's time limit (or its early end) cut the agent off;
+        in trial mode, a trial other than the last ended.
+      trial_ended: (A,) bool, a trial ended on this step (trial mode; every controlled
+        agent, the last trial included).
+      metrics: ``StepMetrics`` of the state the step reached (before any auto-reset).
+      episode_done: () bool, the episode ended on this step and the env was reset.
+      trial_done: () bool, a trial ended on this step (trial mode; also when the env has
+        no controlled agent; equal to ``episode_done`` outside trial mode).
+      episode: ``EpisodeStats`` of the episode that ended (meaningful when
+        ``episode_done``; use ``episode_mask`` for the agents that count).
+      episode_mask: (A,) bool, controlled agents of the ended episode.
+      episode_ego: (A,) bool, its ego agents (``episode_mask`` minus co-players).
+      trials: ``TrialStats`` of the episode that ended (meaningful when ``episode_done``).
+      first: () bool, ``obs`` is the first of an episode (reset or auto-reset): a
+        policy's memory starts afresh here, and only here.
+      trial: () int32, trial index of ``obs``.
+      removed: (A,) bool, agents removed in ``obs``'s state (their observations are
+        garbage for the policy's memory).
+      ego, co_player: (A,) bool, roles in ``obs``'s episode.
+    """
+
+    obs: Observation
+    active: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    trial_ended: jax.Array
+    metrics: StepMetrics
+    episode_done: jax.Array
+    trial_done: jax.Array
+    episode: EpisodeStats
+    episode_mask: jax.Array
+    episode_ego: jax.Array
+    trials: TrialStats
+    first: jax.Array
+    trial: jax.Array
+    removed: jax.Array
+    ego: jax.Array
+    co_player: jax.Array
