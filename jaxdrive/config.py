@@ -5,6 +5,11 @@ in ``scenarios/procedural.py``, ``DynamicsConfig`` in ``sim/dynamics.py``, ...) 
 inherits ``ConfigBase``. ``from_dict`` builds nested configs, rejects unknown keys by
 name with the allowed ones listed, converts lists to tuples (so configs stay hashable
 and usable as static jit arguments) and runs each class's ``__post_init__`` checks.
+
+The YAML presets (the repository's ``configs/``) ship inside the package as package data
+``jaxdrive.presets``; ``resolve_config_path`` turns a ``--config`` argument (a file, or a
+preset name such as ``quickstart`` or ``eval/default``) into a file, ``list_presets``
+names them.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import pathlib
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -198,3 +204,89 @@ def _load_yaml(path: str, chain: tuple[str, ...]) -> dict[str, Any]:
         parent_path = os.path.normpath(os.path.join(os.path.dirname(path), parent))
         merged = merge(merged, _load_yaml(parent_path, chain + (path,)))
     return merge(merged, data)
+
+
+PRESET_SUFFIX = ".yaml"
+
+
+def presets_dir() -> pathlib.Path | None:
+    """The directory of the presets, or None when there is none.
+
+    An installed wheel holds them as package data ``jaxdrive.presets`` (``jaxdrive/presets/``,
+    mapped from the repository's ``configs/`` in ``pyproject.toml``): that copy wins. An
+    editable install or a source tree has no ``jaxdrive/presets/``; there it is the
+    checkout's ``configs/`` next to the package.
+    """
+    from importlib import resources
+
+    packaged = resources.files("jaxdrive") / "presets"
+    if packaged.is_dir():
+        if isinstance(packaged, os.PathLike):
+            return pathlib.Path(packaged)
+        return _extracted_presets(packaged)
+    checkout = pathlib.Path(__file__).resolve().parent.parent / "configs"
+    return checkout if checkout.is_dir() else None
+
+
+_EXTRACTED: dict[str, pathlib.Path] = {}
+
+
+def _extracted_presets(root) -> pathlib.Path:
+    """A zipped install's presets (``importlib.resources`` traversables without real files)
+    copied once per process into a temporary directory, so that a preset and the files it
+    ``inherits:`` have real paths next to each other."""
+    key = str(root)
+    if key not in _EXTRACTED:
+        import atexit
+        import shutil
+        import tempfile
+
+        out = pathlib.Path(tempfile.mkdtemp(prefix="jaxdrive-presets-"))
+        atexit.register(shutil.rmtree, out, True)
+
+        def copy(src, dst: pathlib.Path) -> None:
+            dst.mkdir(exist_ok=True)
+            for item in src.iterdir():
+                if item.is_dir():
+                    copy(item, dst / item.name)
+                elif item.name.endswith(PRESET_SUFFIX):
+                    (dst / item.name).write_bytes(item.read_bytes())
+
+        copy(root, out)
+        _EXTRACTED[key] = out
+    return _EXTRACTED[key]
+
+
+def list_presets() -> list[str]:
+    """The preset names, sorted: file paths under the presets directory without
+    ``.yaml`` (``quickstart``, ``eval/default``, ...); empty when there are none."""
+    root = presets_dir()
+    if root is None:
+        return []
+    return sorted(p.relative_to(root).as_posix()[: -len(PRESET_SUFFIX)]
+                  for p in root.rglob(f"*{PRESET_SUFFIX}") if p.is_file())
+
+
+def resolve_config_path(name_or_path: str | os.PathLike) -> str:
+    """The config file that ``name_or_path`` (a ``--config`` argument) names.
+
+    An existing file path wins. Otherwise it is a preset name (``quickstart``,
+    ``quickstart.yaml``, ``eval/default``; see ``list_presets``) and the result is that
+    preset's file, whose ``inherits:`` resolve next to it. Neither is a ``ConfigError``
+    naming the argument, listing the presets and suggesting the closest.
+    """
+    arg = os.fspath(name_or_path)
+    if os.path.isfile(arg):
+        return arg
+    name = arg.replace("\\", "/")
+    if name.endswith(PRESET_SUFFIX):
+        name = name[: -len(PRESET_SUFFIX)]
+    presets = list_presets()
+    if name in presets:
+        return str(presets_dir() / f"{name}{PRESET_SUFFIX}")
+    if not presets:
+        raise ConfigError(f"config '{arg}' is not a file, and no presets were found (the "
+                          "jaxdrive package holds no jaxdrive/presets).")
+    hint = _suggest(name, presets) or _suggest(os.path.basename(name), presets)
+    raise ConfigError(f"config '{arg}' is neither a file nor a preset name.{hint} "
+                      f"Presets: {', '.join(presets)}.")

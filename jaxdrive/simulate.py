@@ -4,7 +4,8 @@
         [--controller lane_follow|log_replay|random] [--seed S] [--set key=value ...]
 
 ``--config`` reads a YAML file with ``env:`` (``EnvConfig`` keys) and ``procedural:``
-(``ProceduralConfig`` keys) sections; ``--set`` overrides keys on top of it:
+(``ProceduralConfig`` keys) sections, or a preset (``simulate_default``, ``human_replay``,
+``adaptive_simulate``, ...); ``--set`` overrides keys on top of it:
 ``--set env.collision_behavior=stop``, ``--set procedural.arm_length=80``.
 """
 
@@ -20,16 +21,16 @@ import numpy as np
 
 from jaxdrive.agents.controllers import CONTROLLERS
 from jaxdrive.agents.rollout import RolloutStats, make_rollout
-from jaxdrive.config import ConfigError, load_yaml, merge, parse_overrides
+from jaxdrive.config import ConfigError, load_yaml, merge, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 
 
 def load_config(path: str | None, overrides: dict) -> dict:
-    """The YAML file (if any, with ``inherits:`` resolved) merged with ``--set``
+    """The YAML file or preset (if any, with ``inherits:`` resolved) merged with ``--set``
     overrides; top-level keys checked."""
-    data = load_yaml(path) if path else {}
+    data = load_yaml(resolve_config_path(path)) if path else {}
     data = merge(data, overrides)
     unknown = sorted(set(data) - {"env", "procedural"})
     if unknown:
@@ -59,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--controller", default="lane_follow", choices=sorted(CONTROLLERS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk", type=int, default=80, help="steps per compiled chunk")
-    p.add_argument("--config", default=None, help="YAML file with env: / procedural:")
+    p.add_argument("--config", default=None,
+                   help="YAML config with env: / procedural: sections: a file or a preset "
+                        "name (simulate_default, human_replay, adaptive_simulate, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", default=None, help="also write the summary to this file")
     args = p.parse_args(argv)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from jaxdrive.bench import cli as bench
 from jaxdrive import simulate
+from jaxdrive.bench import cli as bench
 
 
 @pytest.mark.slow

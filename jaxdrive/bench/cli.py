@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.config import ConfigError, parse_overrides
+from jaxdrive.config import ConfigError, list_presets, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--json", default="bench_policy.json", help="output file")
     t = sub.add_parser("train", help="time end-to-end PPO iterations (env + policy + PPO)")
     t.add_argument("--config", default=None,
-                   help="run config (default: configs/quickstart.yaml's settings)")
+                   help="run config: a file or a preset name (quickstart, selfplay_gpu, "
+                        "...); default: the quickstart preset")
     t.add_argument("--policy", nargs="+", default=["mlp", "transformer"],
                    choices=["transformer", "mlp"])
     t.add_argument("--repeats", type=int, default=5, help="timed iterations (median reported)")
@@ -353,10 +354,14 @@ def _main_train(args, argv) -> int:
     from jaxdrive.bench.train import bench_train, train_table
     from jaxdrive.runs.config import load_run_config
 
-    path = args.config or os.path.join(os.path.dirname(__file__), "..", "configs",
-                                       "quickstart.yaml")
-    if not os.path.isfile(path):
-        path = None  # installed without the repository's configs/: built-in defaults
+    path = args.config
+    if path is None and "quickstart" in list_presets():
+        path = "quickstart"  # else no presets at all: the built-in defaults
+    try:
+        path = resolve_config_path(path) if path else None
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     records = []
     for kind in args.policy:
         try:

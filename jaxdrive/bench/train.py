@@ -1,10 +1,11 @@
 """End-to-end training throughput for ``python -m jaxdrive.bench train``.
 
-Builds the run of a config file (default ``configs/quickstart.yaml``) with the chosen
-policy kind, compiles ``PPO.train_step`` (timed: ``compile_s``, the first call) and
-times ``repeats`` further iterations (rollout + GAE + PPO epochs, all on device),
-reporting agent-steps per second of wall time (env steps x agent slots, the unit of
-``train.total_steps``) and trained steps per second (valid ego steps only).
+Builds the run of a config file or preset (default the ``quickstart`` preset,
+``configs/quickstart.yaml``) with the chosen policy kind, compiles ``PPO.train_step``
+(timed: ``compile_s``, the first call) and times ``repeats`` further iterations
+(rollout + GAE + PPO epochs, all on device), reporting agent-steps per second of wall
+time (env steps x agent slots, the unit of ``train.total_steps``) and trained steps per
+second (valid ego steps only).
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 
 ``params`` is a run directory (its best checkpoint is loaded), a ``LoadedPolicy``
 (``jaxdrive.train.load_policy``), or raw parameters together with ``policy=``.
-``suite`` is a suite or evaluator name from the eval config file (default
-``configs/eval/default.yaml``), a config mapping (``{"eval": {...}, "suites": {...}}``),
-or a list of names, ``EvaluatorSpec`` s or ``Evaluator`` s. The env the evaluators start
+``suite`` is a suite or evaluator name from the eval config file (``suite_file``: a file
+or a preset name; default the preset ``eval/default``, the package's copy of
+``configs/eval/default.yaml``, found by ``jaxdrive.config.resolve_config_path``), a
+config mapping (``{"eval": {...}, "suites": {...}}``), or a list of names,
+``EvaluatorSpec`` s or ``Evaluator`` s. The env the evaluators start
 from is the run's (so observations match the policy); sections override it.
 """
 
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxdrive.config import ConfigError, load_yaml
+from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
 from jaxdrive.env import EnvConfig
 from jaxdrive.eval.evaluator import Evaluator
 from jaxdrive.eval.evaluators import make_evaluators
@@ -23,7 +25,9 @@ from jaxdrive.eval.runner import SuiteResult, run_evaluators, timestamped_dir
 from jaxdrive.eval.suite import EvaluatorSpec, select_suite
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
-DEFAULT_SUITE_FILE = Path(__file__).resolve().parents[2] / "configs" / "eval" / "default.yaml"
+# A preset name (jaxdrive.config.resolve_config_path): configs/eval/default.yaml, shipped
+# with the package as jaxdrive/presets/eval/default.yaml.
+DEFAULT_SUITE_FILE = "eval/default"
 
 
 def _policy_and_configs(params, policy, env_config, procedural):
@@ -54,11 +58,12 @@ def resolve_evaluators(suite, env_config: EnvConfig, procedural: ProceduralConfi
             return items
         if all(isinstance(s, EvaluatorSpec) for s in items):
             return make_evaluators(items)
-    path = Path(suite_file) if suite_file else DEFAULT_SUITE_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"eval config {path} not found; pass suite_file= or a "
-                                "config mapping as suite.")
-    data = load_yaml(str(path))
+    try:
+        path = resolve_config_path(suite_file or DEFAULT_SUITE_FILE)
+    except ConfigError as e:
+        raise ConfigError(f"{e} Pass suite_file= (a file or a preset name) or a config "
+                          "mapping as suite.") from None
+    data = load_yaml(path)
     return make_evaluators(select_suite(data, suite, env_config, procedural))
 
 

@@ -2,8 +2,10 @@
 
     python -m jaxdrive.eval --config configs/eval/default.yaml --checkpoint RUN_DIR
                             [--suite NAME] [--out FILE] [--which best|last]
+    python -m jaxdrive.eval --config eval/default --checkpoint RUN_DIR ...
 
-``--config``: a file with ``eval:`` sections (and ``suites:``); ``--suite``: a suite or
+``--config``: a file with ``eval:`` sections (and ``suites:``), or a preset name
+(``eval/default``: the package's copy of configs/eval/default.yaml); ``--suite``: a suite or
 evaluator name (default: every enabled evaluator). Videos and ``results.json`` go to a
 new timestamped directory under ``--output-root`` (default ``eval_runs``); ``--out``
 writes the results JSON there instead / as well. Exit code 0 when every evaluator
@@ -15,13 +17,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jaxdrive.config import ConfigError, load_yaml
+from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="eval config YAML (eval: sections)")
+    p.add_argument("--config", required=True,
+                   help="eval config YAML (eval: sections): a file or a preset name "
+                        "(eval/default)")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR",
                    help="training run directory")
     p.add_argument("--suite", default=None, help="suite or evaluator name")
@@ -37,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         loaded = load_policy(args.checkpoint, which=args.which)
-        data = load_yaml(args.config)
+        data = load_yaml(resolve_config_path(args.config))
         specs = select_suite(data, args.suite, loaded.config.env, loaded.config.procedural)
         evaluators = make_evaluators(specs)
     except (ConfigError, FileNotFoundError) as e:

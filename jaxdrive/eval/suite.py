@@ -46,6 +46,7 @@ from jaxdrive.config import (
     check_range,
     load_yaml,
     merge,
+    resolve_config_path,
 )
 from jaxdrive.env import EnvConfig
 from jaxdrive.render.raster import VIEWS
@@ -610,12 +611,14 @@ def load_suite_file(path: str | os.PathLike, suite: str | Sequence[str] | None =
                     base_env: EnvConfig | None = None,
                     base_procedural: ProceduralConfig | None = None
                     ) -> list[EvaluatorSpec]:
-    """``select_suite`` on a YAML file read with ``load_yaml`` (file ``inherits:`` works).
+    """``select_suite`` on a YAML file read with ``load_yaml`` (file ``inherits:`` works);
+    ``path`` may be a preset name (``eval/default``, ``jaxdrive.config.resolve_config_path``).
 
     The file's own ``env:``/``procedural:`` sections, if any, are not used as the bases:
     pass ``base_env``/``base_procedural`` explicitly.
     """
-    return select_suite(load_yaml(path), suite, base_env, base_procedural)
+    return select_suite(load_yaml(resolve_config_path(path)), suite, base_env,
+                        base_procedural)
 
 
 def due(specs: Iterable[EvaluatorSpec] | Mapping[str, EvaluatorSpec],

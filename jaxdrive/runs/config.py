@@ -12,8 +12,10 @@
     evaluation:  EvaluationConfig (evaluator suites run during training, jaxdrive.eval)
     data:        DataConfig (train on converted real scenes instead of procedural ones)
 
-Files may ``inherits:`` other files (``jaxdrive.config.load_yaml``); ``--set a.b=c``
-overrides any key. Unknown keys are errors that name the key and the allowed ones.
+Files may ``inherits:`` other files (``jaxdrive.config.load_yaml``); a preset name
+(``quickstart``, ``selfplay_gpu``, ...; ``jaxdrive.config.list_presets``) names a file
+shipped with the package; ``--set a.b=c`` overrides any key. Unknown keys are errors
+that name the key and the allowed ones.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from jaxdrive.config import (
     check_range,
     load_yaml,
     merge,
+    resolve_config_path,
 )
 from jaxdrive.env import EnvConfig
 from jaxdrive.models.policy import PolicyConfig
@@ -174,8 +177,9 @@ class LoggingConfig(ConfigBase):
 @dataclasses.dataclass(frozen=True)
 class EvaluationConfig(ConfigBase):
     """Attributes:
-      suite_file: an eval config (``eval:`` sections, e.g. ``configs/eval/default.yaml``);
-        None = no evaluators during training (``validation`` still runs).
+      suite_file: an eval config (``eval:`` sections): a file or a preset name, e.g.
+        ``eval/default`` (``configs/eval/default.yaml``); None = no evaluators during
+        training (``validation`` still runs).
       suite: suite or evaluator name in that file (None = every enabled evaluator).
         Evaluators run when their ``interval`` divides the iteration, and at the end.
     """
@@ -252,7 +256,10 @@ class RunConfig(ConfigBase):
 
 
 def load_run_config(path: str | None, overrides: dict | None = None) -> RunConfig:
-    """The YAML file (``inherits:`` resolved) with ``overrides`` merged on top, checked."""
+    """The YAML file or preset (``resolve_config_path``; ``inherits:`` resolved) with
+    ``overrides`` merged on top, checked."""
+    if path:
+        path = resolve_config_path(path)
     data = load_yaml(path) if path else {}
     data = merge(data, overrides or {})
     where = f" (in {path})" if path else ""

@@ -1,7 +1,11 @@
 """Train a policy with PPO.
 
     python -m jaxdrive.train --config configs/quickstart.yaml [--set key=value ...]
+    python -m jaxdrive.train --config quickstart [--set key=value ...]
     python -m jaxdrive.train [--config FILE] --resume RUN_DIR [--set train.total_steps=N]
+
+``--config`` is a file or a preset name (quickstart, selfplay_gpu, adaptive, ...: the
+files of the repository's configs/, shipped with the package).
 
 Prints the run directory; it holds config.yaml (resolved), metrics.jsonl and
 checkpoints/. ``--set train.total_steps=N`` shortens (or, with --resume, extends) a run.
@@ -25,14 +29,17 @@ from jaxdrive.train.run import new_run_dir, summary_lines, train
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=None, help="YAML run config (may inherits: others)")
+    p.add_argument("--config", default=None,
+                   help="YAML run config (may inherits: others): a file or a preset name "
+                        "(quickstart, selfplay_gpu, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set train.total_steps=2000000")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue a run from its last checkpoint (uses its config.yaml)")
     args = p.parse_args(argv)
     if not args.config and not args.resume:
-        p.error("give --config FILE (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
+        p.error("give --config FILE or PRESET (e.g. configs/quickstart.yaml or quickstart) "
+                "or --resume RUN_DIR")
     try:
         overrides = parse_overrides(args.overrides)
         if args.resume:
