@@ -78,24 +78,27 @@ def _env_and_params(overrides: dict):
 
 def _timestep_record(ts, state) -> dict:
     """The semantic content of one batched step (names are the golden contract)."""
+    info = ts.info
     out = {
         "obs/ego": ts.obs.ego, "obs/partners": ts.obs.partners, "obs/road": ts.obs.road,
         "active": ts.active, "reward": ts.reward, "terminated": ts.terminated,
-        "truncated": ts.truncated, "trial_ended": ts.trial_ended,
-        "episode_done": ts.episode_done, "trial_done": ts.trial_done, "first": ts.first,
-        "trial": ts.trial, "removed": ts.removed, "ego": ts.ego, "co_player": ts.co_player,
-        "metric/collided": ts.metrics.collided, "metric/offroad": ts.metrics.offroad,
-        "metric/goal_reached": ts.metrics.goal_reached,
-        "metric/goal_distance": ts.metrics.goal_distance,
-        "metric/progress": ts.metrics.progress,
-        "episode/mask": ts.episode_mask, "episode/ego": ts.episode_ego,
-        "episode/goal_reached": ts.episode.goal_reached,
-        "episode/collided": ts.episode.collided, "episode/offroad": ts.episode.offroad,
-        "episode/return": ts.episode.return_, "episode/length": ts.episode.length,
-        "trials/ego_reached": ts.trials.ego_reached, "trials/co_reached": ts.trials.co_reached,
-        "trials/length": ts.trials.length, "trials/timed_out": ts.trials.timed_out,
-        "trials/goal_reached": ts.trials.goal_reached, "trials/num_ego": ts.trials.num_ego,
-        "trials/num_co": ts.trials.num_co,
+        "truncated": ts.truncated, "trial_ended": info.trial_ended,
+        "episode_done": info.episode_done, "trial_done": info.trial_done, "first": ts.first,
+        "trial": state.trial, "removed": ts.removed, "ego": state.ego,
+        "co_player": state.co_player,
+        "metric/collided": info.metrics.collided, "metric/offroad": info.metrics.offroad,
+        "metric/goal_reached": info.metrics.goal_reached,
+        "metric/goal_distance": info.metrics.goal_distance,
+        "metric/progress": info.metrics.progress,
+        "episode/mask": info.episode_controlled, "episode/ego": info.episode_ego,
+        "episode/goal_reached": info.episode.goal_reached,
+        "episode/collided": info.episode.collided, "episode/offroad": info.episode.offroad,
+        "episode/return": info.episode.return_, "episode/length": info.episode.length,
+        "trials/ego_reached": info.trials.ego_reached,
+        "trials/co_reached": info.trials.co_reached,
+        "trials/length": info.trials.length, "trials/timed_out": info.trials.timed_out,
+        "trials/goal_reached": info.trials.goal_reached, "trials/num_ego": info.trials.num_ego,
+        "trials/num_co": info.trials.num_co,
         "state/xy": state.agents.xy, "state/yaw": state.agents.yaw,
         "state/vel": state.agents.vel, "state/steer": state.agents.steer,
         "state/accel": state.agents.accel, "state/valid": state.agents.valid,
@@ -105,7 +108,7 @@ def _timestep_record(ts, state) -> dict:
         "state/trial_start": state.trial_start, "state/scenario_id": state.scenario_id,
     }
     # Episode statistics are only meaningful where an episode ended.
-    ended = ts.episode_done
+    ended = info.episode_done
     for k in list(out):
         if k.startswith(("episode/", "trials/")):
             x = out[k]

@@ -158,8 +158,8 @@ def rollout(mode, params, scene, steps):
         state, ts = step(params, state, ts)
         xy.append(np.asarray(state.agents.xy))
         valid.append(np.asarray(state.agents.valid))
-        reached.append(reached[-1] | np.asarray(ts.metrics.goal_reached))
-        done |= bool(ts.episode_done)
+        reached.append(reached[-1] | np.asarray(ts.info.metrics.goal_reached))
+        done |= bool(ts.info.episode_done)
         assert np.isfinite(np.asarray(ts.obs.ego)).all()
         assert np.isfinite(np.asarray(ts.reward)).all()
     return kind, np.stack(xy), np.stack(valid), np.stack(reached), done

@@ -113,7 +113,7 @@ def test_respawn_returns_to_start():
     )
     _, out = run(env_fns(goal_behavior="respawn"), scene, 3)
     state, ts = out[3]
-    assert bool(ts.metrics.goal_reached[0]) and not bool(ts.terminated[0])
+    assert bool(ts.info.metrics.goal_reached[0]) and not bool(ts.terminated[0])
     np.testing.assert_allclose(state.agents.xy[0], [0.0, -2.0], atol=1e-5)
     np.testing.assert_allclose(state.agents.vel[0], [10.0, 0.0], atol=1e-4)
     assert bool(state.active[0])
@@ -139,14 +139,14 @@ def test_collision_remove_and_stop():
     scene = straight_road(SC, agents, goals=[(50, -2), (50, -2), (-90, 2)])
     _, out = run(env_fns(collision_behavior="remove"), scene, 2)
     state, ts = out[1]
-    np.testing.assert_array_equal(ts.metrics.collided, [True, True, False, False])
+    np.testing.assert_array_equal(ts.info.metrics.collided, [True, True, False, False])
     np.testing.assert_array_equal(ts.terminated, [True, True, False, False])
     np.testing.assert_allclose(ts.reward[:2], [-0.5, -0.5])
     np.testing.assert_array_equal(state.removed, [True, True, False, False])
     np.testing.assert_allclose(state.agents.xy[:2], REMOVED_XY)
     # Removed agents are invisible to the remaining agent.
     assert not bool(jnp.any(out[2][1].obs.partner_mask[2]))
-    assert not bool(jnp.any(out[2][1].metrics.collided))
+    assert not bool(jnp.any(out[2][1].info.metrics.collided))
 
     _, out = run(env_fns(collision_behavior="stop"), scene, 2)
     state, ts = out[1]
@@ -156,7 +156,7 @@ def test_collision_remove_and_stop():
 
     _, out = run(env_fns(collision_behavior="ignore"), scene, 2)
     assert not bool(jnp.any(out[1][1].terminated))
-    assert bool(out[2][1].metrics.collided[0])
+    assert bool(out[2][1].info.metrics.collided[0])
 
 
 def test_offroad_flag_hand_computed():
@@ -167,7 +167,7 @@ def test_offroad_flag_hand_computed():
     )
     _, out = run(env_fns(), scene, 1)
     ts = out[1][1]
-    np.testing.assert_array_equal(ts.metrics.offroad, [True, False, False, False])
+    np.testing.assert_array_equal(ts.info.metrics.offroad, [True, False, False, False])
     np.testing.assert_allclose(ts.reward[:2], [-0.25, 0.0], atol=1e-6)
 
 
@@ -183,10 +183,10 @@ def test_truncation_and_auto_reset():
     act = jnp.full((A,), zero_action(env), jnp.int32)
     for i in range(4):
         state, ts = step(params, state, act)
-        assert bool(ts.episode_done) == (i == 3)
+        assert bool(ts.info.episode_done) == (i == 3)
     np.testing.assert_array_equal(ts.truncated, [True, True, False, False])
     assert not bool(jnp.any(ts.terminated))
-    np.testing.assert_array_equal(ts.episode.length[:2], [4, 4])
+    np.testing.assert_array_equal(ts.info.episode.length[:2], [4, 4])
     assert int(state.step) == 0
     # The new episode starts at its scenario's initial state.
     log0 = params.pool.scenarios.objects.xy[state.scenario_id, :, 0]

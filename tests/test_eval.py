@@ -81,7 +81,7 @@ def test_every_scenario_counted_exactly_once(multi):
     assert result.metrics["goal_rate"] == pytest.approx(
         sum(e["goals"] for e in result.episodes) / ego)
     # One compiled rollout serves all three batches.
-    assert ev._setup["runs"]["policy"]._cache_size() == 1
+    assert list(ev._setup["compiled"]) == ["policy"]
 
 
 def test_episode_records_match_a_host_side_replay(multi, setup):
@@ -105,13 +105,13 @@ def test_episode_records_match_a_host_side_replay(multi, setup):
             first, removed = policy_inputs(ts)
             out, cache = act(params, cache, ts.obs, first, removed)
             state, ts = step(env_params, state, policy.distribution(out).mode())
-            if bool(ts.episode_done):
+            if bool(ts.info.episode_done):
                 break
-        ego = np.asarray(ts.episode_ego)
-        e = jax.device_get(ts.episode)
+        ego = np.asarray(ts.info.episode_ego)
+        e = jax.device_get(ts.info.episode)
         row = {"ego_agents": int(ego.sum()), "goals": int((e.goal_reached & ego).sum()),
                "collisions": int((e.collided & ego).sum()),
-               "offroads": int((e.offroad & ego).sum()), "finished": bool(ts.episode_done)}
+               "offroads": int((e.offroad & ego).sum()), "finished": bool(ts.info.episode_done)}
         assert rec["end_step"] == taken
         assert {k: rec[k] for k in ("ego_agents", "goals", "collisions", "offroads")} == {
             k: row[k] for k in ("ego_agents", "goals", "collisions", "offroads")}
@@ -268,7 +268,7 @@ def test_rollout_and_stop_hooks(setup):
             return 2
 
         def should_stop(self, env):
-            return lambda state, ts: ts.episode_done | (state.step >= 3)
+            return lambda state, ts: ts.info.episode_done | (state.step >= 3)
 
     specs = load_suite_specs(suite(val={"type": "multi_scenario", "inherits": "_tiny"}),
                              env_config, procedural)

@@ -87,7 +87,7 @@ def test_positions_continue_across_trials_and_restart_with_the_episode():
     for _ in range(13):
         first, removed = policy_inputs(ts)
         seen_pos.append(int(cache.reset(first).next_pos[0]))
-        trials.append(int(ts.trial))
+        trials.append(int(state.trial))
         _, cache = step(policy_params(), cache, ts.obs, first, removed)
         state, ts = env_step(params, state, jnp.zeros((N,), jnp.int32))
     assert trials == [0, 0, 0, 1, 1, 1] * 2 + [0]

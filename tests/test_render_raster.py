@@ -332,13 +332,13 @@ def _env_standins(episode_done=False):
         length=jnp.full((n,), 1.0, jnp.float32), width=jnp.full((n,), 0.8, jnp.float32),
         goal=jnp.asarray(xy + np.array([0.0, 7.0], np.float32)),
     )
-    timestep = SimpleNamespace(
+    timestep = SimpleNamespace(info=SimpleNamespace(
         metrics=SimpleNamespace(
             collided=jnp.asarray([False] * 4 + [True, True, False, False]),
             offroad=jnp.asarray([False] * 5 + [True, False, False]),
         ),
         episode_done=jnp.asarray(episode_done), trial_done=jnp.asarray(False),
-    )
+    ))
     pool = jax.tree.map(lambda *x: jnp.stack(x), roadgraph(), TWO_ROADS)
     params = SimpleNamespace(pool=SimpleNamespace(scenarios=SimpleNamespace(roadgraph=pool)))
     return state, timestep, params
@@ -356,8 +356,9 @@ def test_agent_colours_and_render_state():
     np.testing.assert_array_equal(stale[4:6], [C.EGO, C.EXPERT])
     # Off-road colours controlled agents only: an expert beyond the road edges (a car
     # parked on the kerb in its log) keeps its role colour.
-    offroad_all = SimpleNamespace(**{**vars(timestep), "metrics": SimpleNamespace(
-        collided=jnp.zeros(8, bool), offroad=jnp.ones(8, bool))})
+    offroad_all = SimpleNamespace(info=SimpleNamespace(**{**vars(timestep.info),
+                                                          "metrics": SimpleNamespace(
+        collided=jnp.zeros(8, bool), offroad=jnp.ones(8, bool))}))
     _, off = agent_colours(state, offroad_all)
     np.testing.assert_array_equal(off[:4], [C.OFFROAD, C.OFFROAD, C.EXPERT, C.STATIC])
     # render_state draws scenario 1 (TWO_ROADS) with these colours and the goals of the

@@ -86,8 +86,8 @@ def test_frozen_co_players_act_from_their_policy_and_are_never_trained_on():
     ppo, _ = _ppo(co_player_fraction=0.5, co_players=[(frozen_policy, params)], kind="mlp")
     state = ppo.init(jax.random.key(1), env_params)
     _, traj, _ = jax.jit(lambda s: ppo._rollout(s, env_params))(state)
-    co = np.asarray(state.timestep.co_player).reshape(-1)  # roles at the first step
-    ego = np.asarray(state.timestep.ego).reshape(-1)
+    co = np.asarray(state.env_state.co_player).reshape(-1)  # roles at the first step
+    ego = np.asarray(state.env_state.ego).reshape(-1)
     active = np.asarray(state.timestep.active).reshape(-1)
     assert (co & active).any() and (ego & active).any()
     action0 = np.asarray(traj.action[0])

@@ -55,8 +55,16 @@ def run(fns, scene, steps, action=None):
 
 
 def flags(out, name):
-    """(steps, A) or (steps,) array of a TimeStep field over the steps taken."""
-    return np.array([np.asarray(getattr(ts, name)) for _, ts in out[1:]])
+    """(steps, A) or (steps,) array of a TimeStep field (or of its info record, or of the
+    state) over the steps taken."""
+
+    def get(state, ts):
+        for holder in (ts, ts.info, state):
+            if hasattr(holder, name):
+                return getattr(holder, name)
+        raise AttributeError(name)
+
+    return np.array([np.asarray(get(state, ts)) for state, ts in out[1:]])
 
 
 def test_timeout_cycle_wraps_trials_and_terminates_every_k():
@@ -82,7 +90,7 @@ def test_timeout_cycle_wraps_trials_and_terminates_every_k():
     # Metrics: two episodes, each K timed-out trials of 5 steps, no goal reached.
     totals = TrialTotals.zeros(k)
     for _, ts in out[1:]:
-        totals = totals.update(ts.episode_done, ts.trials)
+        totals = totals.update(ts.info.episode_done, ts.info.trials)
     m = {name: float(v) for name, v in totals.metrics().items()}
     assert m["trial_episodes"] == 2
     assert m["trials_completed"] == k and m["trials_timed_out"] == k
@@ -113,7 +121,7 @@ def test_goal_mid_trial_removes_agent_until_trial_end():
     # Agent 2 sees agent 0 (its only partner within 50 m) until agent 0 is removed.
     seen = np.array([bool(ts.obs.partner_mask[2].any()) for _, ts in out])
     np.testing.assert_array_equal(seen, [True] * 3 + [False] * 5 + [True])
-    collided = np.array([np.asarray(ts.metrics.collided) for _, ts in out[1:]])
+    collided = np.array([np.asarray(ts.info.metrics.collided) for _, ts in out[1:]])
     assert not collided.any()
     # No truncation or termination for it until the trial ends (step 8).
     assert not flags(out, "truncated")[:timeout - 1].any()
@@ -122,7 +130,7 @@ def test_goal_mid_trial_removes_agent_until_trial_end():
     # The next trial starts from the initial state, agent 0 active and in place again.
     state, ts = out[timeout]
     np.testing.assert_allclose(state.agents.xy[0], [0.0, -2.0])
-    assert bool(ts.active[0]) and int(ts.trial) == 1
+    assert bool(ts.active[0]) and int(state.trial) == 1
 
 
 def test_all_goals_reached_ends_trial_early():
@@ -133,12 +141,12 @@ def test_all_goals_reached_ends_trial_early():
     np.testing.assert_array_equal(flags(out, "trial_done"), [t in (5, 10) for t in range(1, 11)])
     np.testing.assert_array_equal(flags(out, "trial_ended")[4], [True, True, False, False])
     _, ts = out[10]
-    assert bool(ts.episode_done)
+    assert bool(ts.info.episode_done)
     np.testing.assert_array_equal(ts.terminated, [True, True, False, False])
-    np.testing.assert_array_equal(ts.trials.length, [5, 5])
-    np.testing.assert_array_equal(ts.trials.ego_reached, [2, 2])
-    np.testing.assert_array_equal(ts.trials.goal_reached, [True, True])
-    np.testing.assert_array_equal(ts.trials.timed_out, [False, False])
+    np.testing.assert_array_equal(ts.info.trials.length, [5, 5])
+    np.testing.assert_array_equal(ts.info.trials.ego_reached, [2, 2])
+    np.testing.assert_array_equal(ts.info.trials.goal_reached, [True, True])
+    np.testing.assert_array_equal(ts.info.trials.timed_out, [False, False])
 
 
 def test_co_player_goals_never_count_toward_ego_scores():
@@ -149,8 +157,8 @@ def test_co_player_goals_never_count_toward_ego_scores():
     k, timeout = 2, 6
     out = run(env_fns(num_trials=k, trial_timeout=timeout, co_player_fraction=1.0), scene,
               k * timeout)
-    np.testing.assert_array_equal(out[0][1].ego, [True, False, False, False])
-    np.testing.assert_array_equal(out[0][1].co_player, [False, True, False, False])
+    np.testing.assert_array_equal(out[0][0].ego, [True, False, False, False])
+    np.testing.assert_array_equal(out[0][0].co_player, [False, True, False, False])
     env = env_fns(num_trials=k, trial_timeout=timeout, co_player_fraction=1.0)[0]
     stats = RolloutStats.zeros(env)
     removed_steps = 0
@@ -158,7 +166,7 @@ def test_co_player_goals_never_count_toward_ego_scores():
         stats = stats.update(ts)
         gone = np.asarray(prev.removed)  # removed before this step
         removed_steps += gone.sum()
-        m = ts.metrics
+        m = ts.info.metrics
         assert not (np.asarray(m.collided | m.offroad | m.goal_reached) & gone).any()
         assert not np.asarray(ts.reward)[gone].any()
     assert removed_steps == 2 * (timeout - 3)
@@ -169,7 +177,7 @@ def test_co_player_goals_never_count_toward_ego_scores():
     assert r["agent_episodes"] == 1 and r["goal_rate"] == 0
     assert r["co_player_agent_episodes"] == 1 and r["co_player_goal_rate"] == 1
     # The co-player acted 3 steps per trial: its removed steps count nowhere.
-    np.testing.assert_array_equal(out[-1][1].episode.length[:2], [2 * timeout, 6])
+    np.testing.assert_array_equal(out[-1][1].info.episode.length[:2], [2 * timeout, 6])
 
 
 def test_non_trial_goal_behaviours_leave_trial_fields_inert():
@@ -215,7 +223,7 @@ def test_trial_batched_equals_single_and_traces_once():
     for i in range(8):  # crosses trial (3, 9) and episode (6) boundaries
         actions = jax.random.randint(jax.random.key(i), (3, A), 0, env.num_actions)
         new_states, ts = step(params, states, actions)
-        boundaries += int(jnp.sum(ts.trial_done))
+        boundaries += int(jnp.sum(ts.info.trial_done))
         for b in range(3):
             pick = lambda x, b=b: x[b]
             s_b, ts_b = single(params, jax.tree.map(pick, states), actions[b])
@@ -243,7 +251,8 @@ B = 3
 def procedural_rollout(overrides, controller, steps, seed=0):
     """Record ``steps`` batched steps of B envs on procedural scenes with experts.
 
-    Returns (env, the reset timestep, stacked timesteps (steps, B, ...), RolloutStats).
+    Returns (env, the reset (state, timestep), stacked (states, timesteps) (steps, B, ...),
+    RolloutStats).
     """
     env = Env(EnvConfig.from_dict({**PBASE, **overrides}))
     scenes = generate_batch(jax.random.key(seed), 4, PROC, PSC)
@@ -258,15 +267,19 @@ def procedural_rollout(overrides, controller, steps, seed=0):
             state, ts, stats = carry
             state, ts = env.step_batch(params, state, act(params, state, ts,
                                                           jax.random.split(k, B)))
-            return (state, ts, stats.update(ts)), ts
+            return (state, ts, stats.update(ts)), (state, ts)
 
-        (_, _, stats), tss = jax.lax.scan(body, (state, ts0, RolloutStats.zeros(env)),
-                                          jax.random.split(key, steps))
-        return state, ts0, tss, stats
+        state0 = state
+        (_, _, stats), (sts, tss) = jax.lax.scan(body, (state, ts0, RolloutStats.zeros(env)),
+                                                 jax.random.split(key, steps))
+        return state0, ts0, sts, tss, stats
 
-    state0, ts0, tss, stats = jax.device_get(roll(jax.random.key(seed + 1)))
+    state0, ts0, sts, tss, stats = roll(jax.random.key(seed + 1))
+    # PRNG keys are not NumPy data; the checks read every other field on the host.
+    state0, sts = state0.replace(key=None), sts.replace(key=None)
+    state0, ts0, sts, tss, stats = jax.device_get((state0, ts0, sts, tss, stats))
     assert (np.asarray(state0.kind) == EntityKind.EXPERT).any(), "scenes need experts"
-    return env, ts0, tss, stats
+    return env, (state0, ts0), (sts, tss), stats
 
 
 @pytest.mark.parametrize(
@@ -280,18 +293,19 @@ def procedural_rollout(overrides, controller, steps, seed=0):
     ],
 )
 def test_first_observation_of_every_trial_is_bit_identical(k, overrides):
-    env, ts0, tss, _ = procedural_rollout({**overrides, "num_trials": k}, "random", 40)
+    env, (_, ts0), (_, tss), _ = procedural_rollout({**overrides, "num_trials": k}, "random",
+                                                    40)
     obs_fields = lambda ts, t, b: [np.asarray(x)[t, b] if t is not None else np.asarray(x)[b]
                                    for x in jax.tree.leaves(ts.obs)]
     trial_starts = 0
     for b in range(B):
         first = obs_fields(ts0, None, b)  # first observation of the current episode
         moved = False
-        for t in range(len(tss.trial)):
+        for t in range(len(tss.first)):
             obs = obs_fields(tss, t, b)
-            if bool(tss.episode_done[t, b]):
+            if bool(tss.info.episode_done[t, b]):
                 first = obs
-            elif bool(tss.trial_done[t, b]):
+            elif bool(tss.info.trial_done[t, b]):
                 trial_starts += 1
                 for got, want in zip(obs, first, strict=True):
                     np.testing.assert_array_equal(got, want)
@@ -303,10 +317,10 @@ def test_first_observation_of_every_trial_is_bit_identical(k, overrides):
 
 def test_trial_metrics_equal_brute_force_from_recorded_rollout():
     k = 8
-    env, ts0, tss, stats = procedural_rollout(
+    env, (state0, ts0), (sts, tss), stats = procedural_rollout(
         {"num_trials": k, "trial_timeout": 6, "co_player_fraction": 0.3}, "lane_follow", 110
     )
-    steps = tss.trial.shape[0]
+    steps = tss.first.shape[0]
     ego_agents = 0
     co_agents = 0
     ego_hits = np.zeros(k)
@@ -314,17 +328,19 @@ def test_trial_metrics_equal_brute_force_from_recorded_rollout():
     episodes = completed = timed_out = all_goal = length_sum = 0
     for b in range(B):
         prev = jax.tree.map(lambda x, b=b: np.asarray(x)[b], ts0)
+        prev_s = jax.tree.map(lambda x, b=b: np.asarray(x)[b], state0)
         hits = [set() for _ in range(k)]
         lengths = np.zeros(k, int)
         for t in range(steps):
             cur = jax.tree.map(lambda x, t=t, b=b: np.asarray(x)[t, b], tss)
-            trial = int(prev.trial)
+            cur_s = jax.tree.map(lambda x, t=t, b=b: np.asarray(x)[t, b], sts)
+            trial = int(prev_s.trial)
             lengths[trial] += 1
-            for i in np.flatnonzero(cur.metrics.goal_reached & prev.active):
+            for i in np.flatnonzero(cur.info.metrics.goal_reached & prev.active):
                 hits[trial].add(int(i))
-            if cur.episode_done:
-                ego = set(np.flatnonzero(prev.ego).tolist())
-                co = set(np.flatnonzero(prev.co_player).tolist())
+            if cur.info.episode_done:
+                ego = set(np.flatnonzero(prev_s.ego).tolist())
+                co = set(np.flatnonzero(prev_s.co_player).tolist())
                 episodes += 1
                 ego_agents += len(ego)
                 co_agents += len(co)
@@ -339,7 +355,7 @@ def test_trial_metrics_equal_brute_force_from_recorded_rollout():
                                 for j in range(k))
                 hits = [set() for _ in range(k)]
                 lengths = np.zeros(k, int)
-            prev = cur
+            prev, prev_s = cur, cur_s
     assert episodes >= B  # every env finished at least one 8-trial episode
     m = {name: float(v) for name, v in stats.trials.metrics().items()}
     want = {"trial_episodes": episodes, "trials_completed": completed / episodes,

@@ -70,7 +70,7 @@ def policy_actor(env: Env, policy, deterministic: bool = True,
         first, removed = policy_inputs(timestep)
         if memory_reset == "trial":
             # The observation after a trial boundary starts the next trial.
-            first = first | timestep.trial_done[:, None]
+            first = first | timestep.info.trial_done[:, None]
         out, cache = policy.step(params, cache, jax.tree.map(rows, timestep.obs),
                                  rows(first), rows(removed))
         dist = policy.distribution(out)

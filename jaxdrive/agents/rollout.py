@@ -1,120 +1,174 @@
-"""Scan-based rollouts of an env and a controller, with episode statistics on device."""
+"""The rollout core: one ``lax.scan`` over the env and whoever acts, used by every caller.
+
+``scan_rollout`` steps a batch of environments ``length`` times. Each caller supplies two
+small hooks instead of writing its own loop: ``act`` (who drives: a controller, a policy
+with memory, the trainer's learner and co-players, pre-drawn actions) and ``record``
+(what the caller keeps: episode statistics, transitions for PPO, evaluation records,
+video frames). Training, evaluation, rendering, ``simulate`` and the benchmarks all
+run through it.
+
+``RolloutStats`` are on-device sums over completed agent-episodes, derived from the
+metric registry; ``make_rollout`` is the built-in controller rollout of ``simulate``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
+from jaxdrive.metrics.episode import rates as episode_rates
+from jaxdrive.metrics.episode import scored_sums
+from jaxdrive.metrics.registry import Metric, episode_metrics
 from jaxdrive.metrics.trials import TrialTotals
 
 Controller = Callable[[EnvParams, EnvState, TimeStep, jax.Array], jax.Array]
 
 
+class Transition(NamedTuple):
+    """One batched step as the ``record`` hook sees it.
+
+    Attributes:
+      state, timestep: (B,) before the step (the observation acted on).
+      action: the (B, A, ...) action taken; aux: what ``act`` returned besides it.
+      next_state, next_timestep: (B,) after the step (auto-reset applied).
+      x: this step's slice of the scanned inputs (e.g. a PRNG key).
+    """
+
+    state: EnvState
+    timestep: TimeStep
+    action: jax.Array
+    aux: Any
+    next_state: EnvState
+    next_timestep: TimeStep
+    x: Any
+
+
+# act(carry, state, timestep, x) -> (action, carry, aux)
+Act = Callable[[Any, EnvState, TimeStep, Any], tuple[jax.Array, Any, Any]]
+# record(carry, transition) -> (carry, per-step output)
+Record = Callable[[Any, Transition], tuple[Any, Any]]
+
+
+def scan_rollout(env: Env, env_params: EnvParams, act: Act, state: EnvState,
+                 timestep: TimeStep, carry: Any, xs: Any = None, *,
+                 record: Record | None = None, length: int | None = None):
+    """Run ``env.step_batch`` under ``lax.scan`` with the caller's hooks (pure; jit it).
+
+    Args:
+      env, env_params: the environment.
+      act: ``(carry, state, timestep, x) -> (action, carry, aux)``.
+      state, timestep: (B,) batch to start from.
+      carry: the hooks' own carry (actor memory, statistics, ...).
+      xs: scanned inputs (e.g. (T,) PRNG keys or (T, B, A) actions), or None.
+      record: ``(carry, Transition) -> (carry, out)``; None keeps nothing.
+      length: steps, when ``xs`` is None.
+    Returns:
+      ``(state, timestep, carry, outs)`` with ``outs`` stacked over time.
+    """
+
+    def body(c, x):
+        state, timestep, carry = c
+        action, carry, aux = act(carry, state, timestep, x)
+        next_state, next_timestep = env.step_batch(env_params, state, action)
+        out = None
+        if record is not None:
+            carry, out = record(carry, Transition(state, timestep, action, aux, next_state,
+                                                  next_timestep, x))
+        return (next_state, next_timestep, carry), out
+
+    (state, timestep, carry), outs = jax.lax.scan(body, (state, timestep, carry), xs,
+                                                  length=length)
+    return state, timestep, carry, outs
+
+
 @struct.dataclass
 class RolloutStats:
-    """Sums over completed agent-episodes (controlled agents of finished episodes),
-    split by role: the plain names count ego agents, ``co_*`` co-players.
+    """Sums over completed agent-episodes (controlled agents of finished episodes), split
+    by role, from the metric registry.
 
-    Attributes (() float32 scalars unless noted):
-      episodes: ego agent-episodes completed.
-      goals, collisions, offroads: ego agent-episodes with at least one such event.
-      return_sum: sum of ego episode returns.
-      co_episodes, co_goals, co_collisions, co_offroads: the same for co-players.
-      env_episodes: environment episodes completed.
+    Attributes:
+      ego, co: dict name -> () float32 for ego agents / co-players: ``agents`` (agent-
+        episodes), each reduced metric's count name, ``return_sum``, ``length_sum``.
+      env_episodes: () environment episodes completed.
       trials: ``TrialTotals`` in trial mode, else ``None``.
     """
 
-    episodes: jax.Array
-    goals: jax.Array
-    collisions: jax.Array
-    offroads: jax.Array
-    return_sum: jax.Array
-    co_episodes: jax.Array
-    co_goals: jax.Array
-    co_collisions: jax.Array
-    co_offroads: jax.Array
+    ego: dict
+    co: dict
     env_episodes: jax.Array
     trials: TrialTotals | None = None
+    metrics: tuple[Metric, ...] = struct.field(pytree_node=False, default=())
 
     @classmethod
-    def zeros(cls, env: Env | None = None) -> RolloutStats:
-        """Empty sums; with ``env`` in trial mode, trial totals for its ``num_trials``."""
-        trials = None
-        if env is not None and env.config.goal_behavior == "trial":
-            trials = TrialTotals.zeros(env.config.num_trials)
+    def zeros(cls, env: Env) -> RolloutStats:
+        """Empty sums for ``env``'s metrics; trial totals in trial mode."""
+        trials = TrialTotals.zeros(env.config.num_trials) if env.trial_mode else None
+        names = ("agents", *(m.count for m in episode_metrics(env.metrics)), "return_sum",
+                 "length_sum")
         # Distinct buffers, so that the stats can be donated to a jitted rollout.
-        return cls(*[jnp.zeros((), jnp.float32) for _ in range(10)], trials=trials)
+        z = lambda: {n: jnp.zeros((), jnp.float32) for n in names}
+        return cls(ego=z(), co=z(), env_episodes=jnp.zeros((), jnp.float32),
+                   trials=trials, metrics=env.metrics)
 
     def update(self, ts: TimeStep) -> RolloutStats:
         """Add the episodes that ended on a (batched) step."""
-        ended = ts.episode_done[..., None]
-        ego = ended & ts.episode_ego
-        co = ended & ts.episode_mask & ~ts.episode_ego
-        f = lambda m, x: jnp.sum(jnp.where(m, x, 0).astype(jnp.float32))
-        e = ts.episode
-        return RolloutStats(
-            episodes=self.episodes + f(ego, 1),
-            goals=self.goals + f(ego, e.goal_reached),
-            collisions=self.collisions + f(ego, e.collided),
-            offroads=self.offroads + f(ego, e.offroad),
-            return_sum=self.return_sum + f(ego, e.return_),
-            co_episodes=self.co_episodes + f(co, 1),
-            co_goals=self.co_goals + f(co, e.goal_reached),
-            co_collisions=self.co_collisions + f(co, e.collided),
-            co_offroads=self.co_offroads + f(co, e.offroad),
-            env_episodes=self.env_episodes + jnp.sum(ts.episode_done).astype(jnp.float32),
-            trials=None if self.trials is None else self.trials.update(ts.episode_done,
-                                                                       ts.trials),
+        info = ts.info
+        ended = info.episode_done[..., None]
+        ego = ended & info.episode_ego
+        co = ended & info.episode_controlled & ~info.episode_ego
+        total = lambda sums: {k: jnp.sum(v).astype(jnp.float32) for k, v in sums.items()}
+        add = lambda old, new: {k: old[k] + new[k] for k in old}
+        return self.replace(
+            ego=add(self.ego, total(scored_sums(info.episode, ego, self.metrics))),
+            co=add(self.co, total(scored_sums(info.episode, co, self.metrics))),
+            env_episodes=self.env_episodes + jnp.sum(info.episode_done).astype(jnp.float32),
+            trials=None if self.trials is None else self.trials.update(info.episode_done,
+                                                                       info.trials),
         )
 
     def rates(self) -> dict[str, float]:
         """Host-side summary (call after ``jax.device_get``): ego rates, co-player rates
         when there were co-players, and the trial metrics in trial mode."""
-        n = max(float(self.episodes), 1.0)
-        out = {
-            "agent_episodes": int(self.episodes),
-            "env_episodes": int(self.env_episodes),
-            "goal_rate": float(self.goals) / n,
-            "collision_rate": float(self.collisions) / n,
-            "offroad_rate": float(self.offroads) / n,
-            "mean_return": float(self.return_sum) / n,
-        }
-        if float(self.co_episodes) > 0:
-            c = float(self.co_episodes)
-            out.update(
-                co_player_agent_episodes=int(c),
-                co_player_goal_rate=float(self.co_goals) / c,
-                co_player_collision_rate=float(self.co_collisions) / c,
-                co_player_offroad_rate=float(self.co_offroads) / c,
-            )
+        n = float(self.ego["agents"])
+        ego = episode_rates(self.ego, n, self.metrics)
+        out = {"agent_episodes": int(n), "env_episodes": int(self.env_episodes), **ego,
+               # The name simulate's JSON has always used for the mean return.
+               "mean_return": ego["episode_return"]}
+        c = float(self.co["agents"])
+        if c > 0:
+            out["co_player_agent_episodes"] = int(c)
+            out.update({f"co_player_{k}": v for k, v in
+                        episode_rates(self.co, c, self.metrics).items()})
         if self.trials is not None:
             out.update({k: float(v) for k, v in self.trials.metrics().items()})
         return out
 
 
 def make_rollout(env: Env, controller: Controller, num_steps: int):
-    """A pure function running ``num_steps`` batched steps with ``lax.scan``.
+    """A pure function running ``num_steps`` batched steps of a built-in controller.
 
     Returns:
       ``rollout(params, state, timestep, stats, key) -> (state, timestep, stats)`` over a
       batch of environments (leading axis B); jit it at the call site.
     """
-    act = jax.vmap(controller, in_axes=(None, 0, 0, 0))
+    act_batch = jax.vmap(controller, in_axes=(None, 0, 0, 0))
 
     def rollout(params, state, timestep, stats, key):
-        def body(carry, k):
-            state, timestep, stats = carry
+        def act(stats, state, timestep, k):
             b = state.step.shape[0]
-            action = act(params, state, timestep, jax.random.split(k, b))
-            state, timestep = env.step_batch(params, state, action)
-            return (state, timestep, stats.update(timestep)), None
+            return act_batch(params, state, timestep, jax.random.split(k, b)), stats, None
+
+        def record(stats, tr: Transition):
+            return stats.update(tr.next_timestep), None
 
         keys = jax.random.split(key, num_steps)
-        (state, timestep, stats), _ = jax.lax.scan(body, (state, timestep, stats), keys)
+        state, timestep, stats, _ = scan_rollout(env, params, act, state, timestep, stats,
+                                                 keys, record=record)
         return state, timestep, stats
 
     return rollout

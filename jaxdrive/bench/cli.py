@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.agents.rollout import scan_rollout
 from jaxdrive.config import ConfigError, list_presets, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.scenarios.base import ScenarioConfig
@@ -119,10 +120,9 @@ class EnvBench:
         self.build_s = time.perf_counter() - t0
 
         def rollout(state, timestep, actions):
-            def body(carry, action):
-                return env.step_batch(params, carry[0], action), None
-
-            (state, timestep), _ = jax.lax.scan(body, (state, timestep), actions)
+            state, timestep, _, _ = scan_rollout(
+                env, params, lambda c, s, t, action: (action, c, None), state, timestep, (),
+                actions)
             return state, timestep
 
         # Random actions drawn up front, so that only the environment is timed.

@@ -11,7 +11,9 @@ the ``Env`` that composes the simulator's functions into ``reset`` / ``step``.
 
 from jaxdrive.env.config import COLLISION_BEHAVIORS, CONTROL_MODES, GOAL_BEHAVIORS, EnvConfig
 from jaxdrive.env.environment import REMOVED_XY, Env, episode_steps
-from jaxdrive.env.state import EnvParams, EnvState, EpisodeStats, TimeStep
+from jaxdrive.env.state import EnvParams, EnvState, StepInfo, TimeStep
+from jaxdrive.metrics.episode import EpisodeStats
 
 __all__ = ["COLLISION_BEHAVIORS", "CONTROL_MODES", "GOAL_BEHAVIORS", "REMOVED_XY", "Env",
-           "EnvConfig", "EnvParams", "EnvState", "EpisodeStats", "TimeStep", "episode_steps"]
+           "EnvConfig", "EnvParams", "EnvState", "EpisodeStats", "StepInfo", "TimeStep",
+           "episode_steps"]

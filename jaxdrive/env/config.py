@@ -16,12 +16,11 @@ from jaxdrive.env.observation import ObservationConfig
 from jaxdrive.env.rewards import RewardConfig
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.road_index import RoadIndexConfig
+from jaxdrive.sim.behaviors import COLLISION_BEHAVIORS, GOAL_BEHAVIORS
 from jaxdrive.sim.dynamics import DynamicsConfig
 from jaxdrive.types import ObjectType
 
 CONTROL_MODES = ("all", "sdc", "fraction")
-COLLISION_BEHAVIORS = ("ignore", "stop", "remove")
-GOAL_BEHAVIORS = ("respawn", "new_goal", "stop", "trial")
 OBJECT_TYPE_NAMES = {t.name.lower(): int(t) for t in ObjectType if t != ObjectType.UNSET}
 
 

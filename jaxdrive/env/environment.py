@@ -37,16 +37,19 @@ from jaxdrive.config import ConfigError
 from jaxdrive.env.config import OBJECT_TYPE_NAMES, EnvConfig
 from jaxdrive.env.observation import observe
 from jaxdrive.env.rewards import reward
-from jaxdrive.env.state import EnvParams, EnvState, EpisodeStats, TimeStep
-from jaxdrive.metrics.step import StepMetrics, compute_metrics
+from jaxdrive.env.state import EnvParams, EnvState, StepInfo, TimeStep
+from jaxdrive.metrics import registry
+from jaxdrive.metrics.episode import init_episode, update_episode
+from jaxdrive.metrics.step import StepView, compute_metrics, initial_metrics
 from jaxdrive.scenarios.base import validate_scenario
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.sim.dynamics import apply_action, make_dynamics
-from jaxdrive.sim.trials import TrialStats
+from jaxdrive.sim import behaviors
+from jaxdrive.sim.behaviors import REMOVED_XY, park_removed, select
+from jaxdrive.sim.dynamics import DynamicsModel, apply_action, make_dynamics
+from jaxdrive.sim.trials import TrialStats, advance_clock
 from jaxdrive.types import AgentState, EntityKind, Observation, RoadType, Role
 
-# Where removed agents are parked: far outside any map, never collidable or observed.
-REMOVED_XY = -1.0e5
+__all__ = ["REMOVED_XY", "Env", "episode_steps"]
 
 
 class Env:
@@ -54,11 +57,21 @@ class Env:
 
     Use ``reset``/``step`` for one environment and ``jax.vmap`` (or ``reset_batch``/
     ``step_batch``) for many. Jit at the outer edge.
+
+    Args:
+      config: ``EnvConfig`` (default ``EnvConfig()``).
+      dynamics: a dynamics model to use instead of ``make_dynamics(config.dynamics)``.
+
+    The env snapshots the metric registry (``jaxdrive.metrics.registry``) when built:
+    its ``StepMetrics`` and ``EpisodeStats`` hold every metric registered by then.
     """
 
-    def __init__(self, config: EnvConfig | None = None):
+    def __init__(self, config: EnvConfig | None = None,
+                 dynamics: DynamicsModel | None = None):
         self.config = config or EnvConfig()
-        self.dynamics = make_dynamics(self.config.dynamics)
+        self.dynamics = dynamics if dynamics is not None else make_dynamics(
+            self.config.dynamics)
+        self.metrics = registry.metrics()
         self._controlled_types = tuple(
             OBJECT_TYPE_NAMES[n] for n in self.config.controlled_types
         )
@@ -87,6 +100,10 @@ class Env:
     def num_actions(self) -> int:
         return self.dynamics.num_actions
 
+    @property
+    def trial_mode(self) -> bool:
+        return self.config.goal_behavior == "trial"
+
     # ------------------------------------------------------------------ reset
     def reset(self, params: EnvParams, key: jax.Array) -> tuple[EnvState, TimeStep]:
         """Start an episode on a random scenario of the pool."""
@@ -99,21 +116,16 @@ class Env:
     ) -> tuple[EnvState, TimeStep]:
         """Start an episode on scenario ``scenario_id`` of the pool."""
         state = self._initial_state(params, jnp.asarray(scenario_id, jnp.int32), key)
-        a = self.config.scenario.max_agents
-        zeros_b = jnp.zeros((a,), bool)
-        metrics = StepMetrics(
-            collided=zeros_b, offroad=zeros_b, goal_reached=zeros_b,
-            goal_distance=state.goal_distance, progress=jnp.zeros((a,), jnp.float32),
-        )
-        partial = TimeStep(
-            obs=None, active=None, reward=jnp.zeros((a,), jnp.float32),
-            terminated=zeros_b, truncated=zeros_b, trial_ended=zeros_b, metrics=metrics,
+        zeros_b = jnp.zeros_like(state.done)
+        info = StepInfo(
+            metrics=initial_metrics(self._view(params, state, state.agents), self.metrics),
+            terminal=state.agents, trial_ended=zeros_b,
             episode_done=jnp.asarray(False), trial_done=jnp.asarray(False),
-            episode=EpisodeStats.zeros(a),
-            episode_mask=zeros_b, episode_ego=zeros_b, trials=state.trials,
-            first=None, trial=None, removed=None, ego=None, co_player=None,
+            episode=state.episode, episode_controlled=zeros_b, episode_ego=zeros_b,
+            trials=state.trials,
         )
-        return state, self._finish(params, state, partial)
+        return state, self._timestep(params, state, jnp.zeros(zeros_b.shape, jnp.float32),
+                                     zeros_b, zeros_b, info)
 
     def _log_state(self, params: EnvParams, sid: jax.Array, t: jax.Array) -> AgentState:
         obj = params.pool.scenarios.objects
@@ -127,6 +139,16 @@ class Env:
             valid=obj.valid[sid, :, t],
         )
 
+    def _view(self, params: EnvParams, state: EnvState, agents: AgentState,
+              present: jax.Array | None = None) -> StepView:
+        """What the metrics read of ``state`` with its agents at ``agents``."""
+        present = agents.valid & ~state.removed if present is None else present
+        return StepView(
+            pool=params.pool, scenario_id=state.scenario_id, agents=agents, present=present,
+            length=state.length, width=state.width, goal=state.goal,
+            prev_goal_distance=state.goal_distance, goal_radius=self.config.goal_radius,
+            trig=geometry.cos_sin(agents.yaw))
+
     def _initial_state(self, params: EnvParams, sid: jax.Array, key: jax.Array) -> EnvState:
         cfg = self.config
         obj = params.pool.scenarios.objects
@@ -134,17 +156,38 @@ class Env:
         if cfg.co_player_fraction > 0:
             key, k_frac, k_role = jax.random.split(key, 3)
         else:
-            key, k_frac = jax.random.split(key)
-        t0 = cfg.init_step
-        t_end = t0 + cfg.trial_length
-        agents = self._log_state(params, sid, t0)
-        obj_type = obj.type[sid]
+            key, k_frac, k_role = (*jax.random.split(key), None)
+        agents = self._log_state(params, sid, cfg.init_step)
+        goal = obj.goal[sid]
+        goal_distance = jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32)
+        kind = self._entity_kinds(params, sid, agents, goal_distance, k_frac)
+        role = self._roles(kind, obj.is_sdc[sid], k_role)
+        zeros_b = jnp.zeros((a,), bool)
+        state = EnvState(
+            scenario_id=sid, step=jnp.zeros((), jnp.int32),
+            agents=self._initial_agents(agents, kind), kind=kind, role=role,
+            length=obj.length[sid], width=obj.width[sid], obj_type=obj.type[sid],
+            goal=goal, done=zeros_b, removed=zeros_b, reached=zeros_b,
+            goal_distance=goal_distance, trial=jnp.zeros((), jnp.int32),
+            trial_start=jnp.zeros((), jnp.int32), episode=None, trials=None, key=key,
+        )
+        shapes = jax.eval_shape(lambda v: compute_metrics(v, self.metrics),
+                                self._view(params, state, state.agents))
+        return state.replace(
+            episode=init_episode(a, shapes, self.metrics),
+            trials=TrialStats.zeros(cfg.num_trials, state.ego, state.co_player))
+
+    def _entity_kinds(self, params: EnvParams, sid: jax.Array, agents: AgentState,
+                      goal_distance: jax.Array, key: jax.Array) -> jax.Array:
+        """(A,) int32 ``EntityKind`` of each slot at an episode start."""
+        cfg = self.config
+        obj = params.pool.scenarios.objects
+        a = cfg.scenario.max_agents
+        t_end = cfg.init_step + cfg.trial_length
         is_sdc = obj.is_sdc[sid]
         type_ok = jnp.zeros((a,), bool)
         for t in self._controlled_types:
-            type_ok = type_ok | (obj_type == t)
-        goal = obj.goal[sid]
-        goal_distance = jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32)
+            type_ok = type_ok | (obj.type[sid] == t)
         # An object that starts on its goal has nothing to learn; it replays instead.
         controllable = agents.valid & type_ok & (goal_distance > cfg.goal_radius)
         if cfg.control_mode == "all":
@@ -152,7 +195,7 @@ class Env:
         elif cfg.control_mode == "sdc":
             controlled = controllable & is_sdc
         else:
-            draw = jax.random.uniform(k_frac, (a,)) < cfg.controlled_fraction
+            draw = jax.random.uniform(key, (a,)) < cfg.controlled_fraction
             controlled = controllable & (draw | is_sdc)
         moved = jnp.linalg.norm(obj.xy[sid, :, t_end] - agents.xy, axis=-1)
         still = (
@@ -161,41 +204,25 @@ class Env:
             & (jnp.linalg.norm(agents.vel, axis=-1) < cfg.static_threshold)
         )
         ever_valid = jnp.any(obj.valid[sid], axis=-1)
-        kind = jnp.select(
+        return jnp.select(
             [controlled, still, ever_valid],
             [EntityKind.CONTROLLED, EntityKind.STATIC, EntityKind.EXPERT],
             EntityKind.INVALID,
         ).astype(jnp.int32)
+
+    def _roles(self, kind: jax.Array, is_sdc: jax.Array, key: jax.Array | None) -> jax.Array:
+        """(A,) int32 ``Role``: co-players drawn with ``co_player_fraction``; one
+        controlled agent (the SDC if controlled, else the first) always stays ego."""
+        a = kind.shape[0]
         role = jnp.full((a,), int(Role.EGO), jnp.int32)  # int(): an IntEnum fill is weakly typed
-        if cfg.co_player_fraction > 0:
-            # One controlled agent (the SDC if controlled, else the first) stays ego.
+        if self.config.co_player_fraction > 0:
+            controlled = kind == EntityKind.CONTROLLED
             anchor_sdc = controlled & is_sdc
             anchor = jnp.argmax(jnp.where(jnp.any(anchor_sdc), anchor_sdc, controlled))
-            draw = jax.random.uniform(k_role, (a,)) < cfg.co_player_fraction
+            draw = jax.random.uniform(key, (a,)) < self.config.co_player_fraction
             co = controlled & draw & (jnp.arange(a) != anchor)
             role = jnp.where(co, Role.CO_PLAYER, role).astype(jnp.int32)
-        zeros_b = jnp.zeros((a,), bool)
-        state = EnvState(
-            scenario_id=sid,
-            step=jnp.zeros((), jnp.int32),
-            agents=self._initial_agents(agents, kind),
-            kind=kind,
-            role=role,
-            length=obj.length[sid],
-            width=obj.width[sid],
-            obj_type=obj_type,
-            goal=goal,
-            done=zeros_b,
-            removed=zeros_b,
-            reached=zeros_b,
-            goal_distance=goal_distance,
-            trial=jnp.zeros((), jnp.int32),
-            trial_start=jnp.zeros((), jnp.int32),
-            episode=EpisodeStats.zeros(a),
-            trials=None,
-            key=key,
-        )
-        return state.replace(trials=TrialStats.zeros(cfg.num_trials, state.ego, state.co_player))
+        return role
 
     @staticmethod
     def _initial_agents(logged: AgentState, kind: jax.Array) -> AgentState:
@@ -218,130 +245,88 @@ class Env:
         )
 
     # ------------------------------------------------------------------ step
+    def _move(self, params: EnvParams, state: EnvState, action: jax.Array) -> AgentState:
+        """Kinematics of one step: acting agents by the dynamics model, experts by their
+        log, done agents frozen, static and invalid slots unchanged, removed parked."""
+        cfg = self.config
+        with jax.named_scope("kinematics"):
+            moved = apply_action(self.dynamics, cfg.dynamics, state.agents, action,
+                                 state.length)
+            logged = self._log_state(params, state.scenario_id,
+                                     cfg.init_step + state.trial_step + 1)
+            expert = state.kind == EntityKind.EXPERT
+            frozen = state.agents.replace(vel=jnp.zeros_like(state.agents.vel))
+            agents = select(state.active, moved, select(expert, logged, frozen))
+            agents = select(state.kind == EntityKind.STATIC, state.agents, agents)
+            agents = agents.replace(valid=jnp.where(expert, logged.valid, state.agents.valid))
+            agents = park_removed(agents, state.removed)
+            # Store the new kinematics once: otherwise XLA fuses the dynamics (atan,
+            # tan, cos, sin) into every pair and road-point loop that reads positions.
+            return geometry.materialize(lambda x: x, agents)
+
     def _transition(self, params: EnvParams, state: EnvState, action: jax.Array):
-        """Everything in a step but the auto-reset and the observation."""
+        """Everything in a step but the auto-reset and the observation: kinematics,
+        metrics (once), reward, behaviours, the episode / trial clock."""
         cfg = self.config
         # Randomness only where used (new goals here, auto-reset later): key splitting
         # runs as its own loop on CPU and would otherwise cost every step.
-        key = state.key
+        key, k_goal = state.key, None
         if cfg.goal_behavior == "new_goal":
             key, k_goal = jax.random.split(key)
-        sid = state.scenario_id
         acting = state.active
-        t_next = cfg.init_step + state.trial_step + 1
-
-        with jax.named_scope("kinematics"):
-            moved = apply_action(self.dynamics, cfg.dynamics, state.agents, action, state.length)
-            logged = self._log_state(params, sid, t_next)
-            kind = state.kind
-            expert = kind == EntityKind.EXPERT
-            frozen = state.agents.replace(vel=jnp.zeros_like(state.agents.vel))
-            agents = _select(acting, moved, _select(expert, logged, frozen))
-            # Static and invalid slots keep their state; frozen (done) controlled agents
-            # stand still with zero speed.
-            agents = _select(kind == EntityKind.STATIC, state.agents, agents)
-            agents = agents.replace(valid=jnp.where(expert, logged.valid, state.agents.valid))
-            agents = _park_removed(agents, state.removed)
-            # Store the new kinematics once: otherwise XLA fuses the dynamics (atan,
-            # tan, cos, sin) into every pair and road-point loop that reads positions.
-            agents = geometry.materialize(lambda x: x, agents)
-
-        present = agents.valid & ~state.removed
-        m = compute_metrics(
-            params.pool, sid, agents, present, state.length, state.width, state.goal,
-            state.goal_distance, cfg.goal_radius,
-        )
+        agents = self._move(params, state, action)
+        m = compute_metrics(self._view(params, state, agents), self.metrics)
         goal_event = m.goal_reached & acting
         collided = m.collided & acting
-        offroad = m.offroad & acting
-        r = reward(params.reward, goal_event, collided, offroad, m.progress, acting)
-
-        trial_mode = cfg.goal_behavior == "trial"
-        # Agents whose episode (trial, in trial mode) stops here.
-        out = jnp.zeros_like(acting)
-        removed = state.removed
-        goal = state.goal
-        if cfg.collision_behavior in ("stop", "remove"):
-            out = out | collided
-        if cfg.collision_behavior == "remove":
-            removed = removed | collided
-        if cfg.goal_behavior in ("stop", "trial"):
-            out = out | goal_event
-        if trial_mode:
-            removed = removed | goal_event
-        elif cfg.goal_behavior == "respawn":
-            start = self._log_state(params, sid, jnp.int32(cfg.init_step))
-            agents = _select(goal_event, start.replace(valid=agents.valid), agents)
-        elif cfg.goal_behavior == "new_goal":
-            goal = jnp.where(goal_event[:, None], self._sample_goals(params, sid, agents, k_goal),
-                             goal)
-        done = state.done | out
-        agents = _park_removed(agents, removed)
-        stopped = done & ~removed
-        agents = agents.replace(vel=jnp.where(stopped[:, None], 0.0, agents.vel))
-
+        r = reward(params.reward, goal_event, collided, m.offroad & acting, m.progress,
+                   acting)
+        outcome = behaviors.apply_behaviors(
+            cfg.collision_behavior, cfg.goal_behavior, agents, state.goal, state.done,
+            state.removed, collided, goal_event,
+            start=(self._log_state(params, state.scenario_id, jnp.int32(cfg.init_step))
+                   if cfg.goal_behavior == "respawn" else None),
+            new_goals=(self._sample_goals(params, state.scenario_id, agents, k_goal)
+                       if cfg.goal_behavior == "new_goal" else None))
         step = state.step + 1
-        controlled = state.controlled
         reached = state.reached | goal_event
-        trials = state.trials
-        if trial_mode:
-            timed_out = step - state.trial_start >= cfg.trial_length
-            trial_end = timed_out | ~jnp.any(controlled & ~done)
-            episode_end = trial_end & (state.trial == cfg.num_trials - 1)
-            terminated = controlled & episode_end
-            truncated = controlled & trial_end & ~episode_end
-            trial_ended = controlled & trial_end
-            trials = trials.record(state.trial, trial_end, reached, state.ego, state.co_player,
-                                   step - state.trial_start, timed_out)
-        else:
-            terminated = out
-            episode_end = (step >= cfg.num_episode_steps) | ~jnp.any(controlled & ~done)
-            truncated = controlled & ~done & episode_end
-            trial_end = episode_end
-            trial_ended = jnp.zeros_like(acting)
-        ep = state.episode
-        episode = EpisodeStats(
-            goal_reached=ep.goal_reached | goal_event,
-            collided=ep.collided | collided,
-            offroad=ep.offroad | offroad,
-            return_=ep.return_ + r,
-            length=ep.length + acting.astype(jnp.int32),
-        )
+        clock = advance_clock(
+            self.trial_mode, cfg.num_trials, cfg.trial_length, cfg.num_episode_steps, step,
+            state.trial_start, state.trial, state.controlled, outcome.done, outcome.out,
+            reached, state.ego, state.co_player, state.trials)
+        episode = update_episode(state.episode, m, r, acting, self.metrics)
         continued = state.replace(
-            step=step, agents=agents, goal=goal, done=done, removed=removed, reached=reached,
-            goal_distance=jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32),
-            episode=episode, trials=trials, key=key,
+            step=step, agents=outcome.agents, goal=outcome.goal, done=outcome.done,
+            removed=outcome.removed, reached=reached,
+            goal_distance=jnp.linalg.norm(outcome.goal - outcome.agents.xy,
+                                          axis=-1).astype(jnp.float32),
+            episode=episode, trials=clock.trials, key=key,
         )
-        partial = TimeStep(
-            obs=None, active=None, reward=r, terminated=terminated, truncated=truncated,
-            trial_ended=trial_ended, metrics=m, episode_done=episode_end, trial_done=trial_end,
-            episode=episode,
-            episode_mask=controlled, episode_ego=state.ego, trials=trials,
-            first=None, trial=None, removed=None, ego=None, co_player=None,
-        )
-        return continued, partial
+        info = StepInfo(
+            metrics=m, terminal=agents, trial_ended=clock.trial_ended,
+            episode_done=clock.episode_end, trial_done=clock.trial_end, episode=episode,
+            episode_controlled=state.controlled, episode_ego=state.ego, trials=clock.trials)
+        return continued, (r, clock.terminated, clock.truncated, info)
 
-    def _boundary(self, params: EnvParams, state: EnvState, partial: TimeStep) -> EnvState:
+    def _boundary(self, params: EnvParams, state: EnvState, info: StepInfo) -> EnvState:
         """Where the episode ended, the initial state of a random pool scenario (auto-
         reset); in trial mode, where only a trial ended, the next trial's first state."""
-        episode_end = partial.episode_done
-        if self.config.goal_behavior == "trial":
-            trial_end = partial.trial_done
+        if self.trial_mode:
             with jax.named_scope("trial_restart"):
                 restarted = self._restart_trial(params, state)
-            state = jax.tree.map(lambda r, c: jnp.where(trial_end, r, c), restarted, state)
+            state = jax.tree.map(lambda r, c: jnp.where(info.trial_done, r, c), restarted,
+                                 state)
         with jax.named_scope("auto_reset"):
             key, k_sid, k_state = jax.random.split(state.key, 3)
             new_sid = jax.random.randint(k_sid, (), 0, params.pool.size, dtype=jnp.int32)
             fresh = self._initial_state(params, new_sid, k_state).replace(key=key)
-            return jax.tree.map(lambda f, c: jnp.where(episode_end, f, c), fresh, state)
+            return jax.tree.map(lambda f, c: jnp.where(info.episode_done, f, c), fresh, state)
 
-    def _finish(self, params: EnvParams, state: EnvState, partial: TimeStep) -> TimeStep:
-        return partial.replace(
-            obs=self._observe(params, state), active=state.active, first=state.step == 0,
-            trial=state.trial,
-            removed=state.removed, ego=state.ego, co_player=state.co_player,
-        )
+    def _timestep(self, params: EnvParams, state: EnvState, r, terminated, truncated,
+                  info: StepInfo) -> TimeStep:
+        """The ``TimeStep`` handing out ``state``'s observation."""
+        return TimeStep(obs=self._observe(params, state), reward=r, terminated=terminated,
+                        truncated=truncated, first=state.step == 0, active=state.active,
+                        removed=state.removed, info=info)
 
     def step(
         self, params: EnvParams, state: EnvState, action: jax.Array
@@ -357,9 +342,9 @@ class Env:
           (next state, ``TimeStep``); on an episode's last step the state is already the
           next episode's first.
         """
-        state, partial = self._transition(params, state, action)
-        state = self._boundary(params, state, partial)
-        return state, self._finish(params, state, partial)
+        state, (r, terminated, truncated, info) = self._transition(params, state, action)
+        state = self._boundary(params, state, info)
+        return state, self._timestep(params, state, r, terminated, truncated, info)
 
     def _observe(self, params: EnvParams, state: EnvState) -> Observation:
         visible = state.agents.valid & ~state.removed
@@ -397,20 +382,20 @@ class Env:
     def _step_batch(self):
         transition = jax.vmap(self._transition, in_axes=(None, 0, 0))
         boundary = jax.vmap(self._boundary, in_axes=(None, 0, 0))
-        finish = jax.vmap(self._finish, in_axes=(None, 0, 0))
+        finish = jax.vmap(self._timestep, in_axes=(None, 0, 0, 0, 0, 0))
 
         def step_batch(params, state, action):
-            state, partial = transition(params, state, action)
+            state, (r, terminated, truncated, info) = transition(params, state, action)
             # Episodes (and trials) end on few steps: skip the reset gathers when none
             # ended (same result as resetting per env, as ``step`` does). ``trial_done``
             # covers episode ends in every mode.
             state = jax.lax.cond(
-                jnp.any(partial.trial_done),
-                lambda s: boundary(params, s, partial),
+                jnp.any(info.trial_done),
+                lambda s: boundary(params, s, info),
                 lambda s: s,
                 state,
             )
-            return state, finish(params, state, partial)
+            return state, finish(params, state, r, terminated, truncated, info)
 
         return step_batch
 
@@ -427,22 +412,6 @@ class Env:
         return self._step_batch(params, state, action)
 
 
-def _select(mask: jax.Array, a: AgentState, b: AgentState) -> AgentState:
-    """Per-agent choice between two ``AgentState``s: ``a`` where ``mask`` (A,)."""
-
-    def pick(x, y):
-        m = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
-        return jnp.where(m, x, y)
-
-    return jax.tree.map(pick, a, b)
-
-
-def _park_removed(agents: AgentState, removed: jax.Array) -> AgentState:
-    return agents.replace(
-        xy=jnp.where(removed[:, None], REMOVED_XY, agents.xy),
-        vel=jnp.where(removed[:, None], 0.0, agents.vel),
-        valid=agents.valid & ~removed,
-    )
 
 
 def episode_steps(env: Env) -> int:

@@ -114,18 +114,6 @@ def _ego_features(config, agents, length, width, goal):
     ).astype(jnp.float32)
 
 
-def _partners_of(x: jax.Array) -> jax.Array:
-    """(A, ...) -> (A, A-1, ...): row i lists every agent but i, in index order.
-
-    Partner k of observer i is agent ``k + (k >= i)``: a select between two shifted
-    broadcasts, so no gather and no copy of a full (A, A) table.
-    """
-    a = x.shape[0]
-    later = jnp.arange(a - 1)[None, :] >= jnp.arange(a)[:, None]
-    later = later.reshape(later.shape + (1,) * (x.ndim - 1))
-    return jnp.where(later, x[1:][None], x[:-1][None])
-
-
 def _partner_features(config, agents, visible, length, width, obj_type, trig):
     """(A, PARTNER_FEATURES, K) float32."""
     a = agents.xy.shape[0]

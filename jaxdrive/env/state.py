@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.env.rewards import RewardWeights
+from jaxdrive.metrics.episode import EpisodeStats
 from jaxdrive.metrics.step import StepMetrics
 from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.sim.trials import TrialStats
@@ -19,29 +19,6 @@ class EnvParams:
 
     pool: ScenarioPool
     reward: RewardWeights
-
-
-@struct.dataclass
-class EpisodeStats:
-    """Per-agent episode accumulators (A,).
-
-    Attributes:
-      goal_reached, collided, offroad: bool, happened at least once while acting.
-      return_: float32, sum of rewards.
-      length: int32, steps the agent acted.
-    """
-
-    goal_reached: jax.Array
-    collided: jax.Array
-    offroad: jax.Array
-    return_: jax.Array
-    length: jax.Array
-
-    @classmethod
-    def zeros(cls, num_agents: int) -> EpisodeStats:
-        b = jnp.zeros((num_agents,), bool)
-        return cls(b, b, b, jnp.zeros((num_agents,), jnp.float32),
-                   jnp.zeros((num_agents,), jnp.int32))
 
 
 @struct.dataclass
@@ -113,51 +90,63 @@ class EnvState:
 
 
 @struct.dataclass
+class StepInfo:
+    """What a step produced besides the RL core (one typed record).
+
+    Attributes:
+      metrics: ``StepMetrics`` of the state the step reached (before any reset).
+      terminal: ``AgentState`` the step reached, before any auto-reset or trial restart
+        (what the metrics were computed on).
+      trial_ended: (A,) bool, a trial ended on this step (trial mode; every controlled
+        agent, the last trial included).
+      episode_done: () bool, the episode ended on this step and the env was reset.
+      trial_done: () bool, a trial ended on this step (trial mode; also when the env has
+        no controlled agent; equal to ``episode_done`` outside trial mode).
+      episode: ``EpisodeStats`` of the episode that ended (meaningful when
+        ``episode_done``).
+      episode_controlled: (A,) bool, controlled agents of that episode.
+      episode_ego: (A,) bool, its ego agents (``episode_controlled`` minus co-players).
+      trials: ``TrialStats`` of the episode that ended (meaningful when ``episode_done``).
+    """
+
+    metrics: StepMetrics
+    terminal: AgentState
+    trial_ended: jax.Array
+    episode_done: jax.Array
+    trial_done: jax.Array
+    episode: EpisodeStats
+    episode_controlled: jax.Array
+    episode_ego: jax.Array
+    trials: TrialStats
+
+
+@struct.dataclass
 class TimeStep:
-    """What a step (or reset) returns besides the state.
+    """What a step (or reset) returns besides the state: the RL core and one info record.
 
     Attributes:
       obs: ``Observation`` for choosing the next action.
-      active: (A,) bool, agents whose next action counts (controlled and not done).
       reward: (A,) float32, for the step just taken (zero at reset).
       terminated: (A,) bool, absorbing end for that agent on this step (in trial mode:
         the episode's last trial ended, for every controlled agent).
       truncated: (A,) bool, the episode's time limit (or its early end) cut the agent off;
         in trial mode, a trial other than the last ended.
-      trial_ended: (A,) bool, a trial ended on this step (trial mode; every controlled
-        agent, the last trial included).
-      metrics: ``StepMetrics`` of the state the step reached (before any auto-reset).
-      episode_done: () bool, the episode ended on this step and the env was reset.
-      trial_done: () bool, a trial ended on this step (trial mode; also when the env has
-        no controlled agent; equal to ``episode_done`` outside trial mode).
-      episode: ``EpisodeStats`` of the episode that ended (meaningful when
-        ``episode_done``; use ``episode_mask`` for the agents that count).
-      episode_mask: (A,) bool, controlled agents of the ended episode.
-      episode_ego: (A,) bool, its ego agents (``episode_mask`` minus co-players).
-      trials: ``TrialStats`` of the episode that ended (meaningful when ``episode_done``).
       first: () bool, ``obs`` is the first of an episode (reset or auto-reset): a
         policy's memory starts afresh here, and only here.
-      trial: () int32, trial index of ``obs``.
+      active: (A,) bool, agents whose next action counts (controlled and not done).
       removed: (A,) bool, agents removed in ``obs``'s state (their observations are
         garbage for the policy's memory).
-      ego, co_player: (A,) bool, roles in ``obs``'s episode.
+      info: ``StepInfo``.
+
+    Roles and the trial index of ``obs``'s episode are read from the state
+    (``EnvState.ego``, ``.co_player``, ``.trial``).
     """
 
     obs: Observation
-    active: jax.Array
     reward: jax.Array
     terminated: jax.Array
     truncated: jax.Array
-    trial_ended: jax.Array
-    metrics: StepMetrics
-    episode_done: jax.Array
-    trial_done: jax.Array
-    episode: EpisodeStats
-    episode_mask: jax.Array
-    episode_ego: jax.Array
-    trials: TrialStats
     first: jax.Array
-    trial: jax.Array
+    active: jax.Array
     removed: jax.Array
-    ego: jax.Array
-    co_player: jax.Array
+    info: StepInfo

@@ -35,8 +35,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.env import Env, EnvConfig, episode_steps
-from jaxdrive.eval.rollout import OUTCOMES, EpisodeRecord, make_episode_rollout, outcome
+from jaxdrive.eval.rollout import OUTCOMES, make_episode_rollout, outcome
 from jaxdrive.eval.suite import EvaluatorSpec
+from jaxdrive.metrics.episode import rates as episode_rates
+from jaxdrive.metrics.registry import Metric, episode_metrics
+from jaxdrive.metrics.trials import adaptation_metrics
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.types import Scenario
 
@@ -83,34 +86,45 @@ def _rate(num: np.ndarray, den: np.ndarray) -> float:
     return float(np.sum(num)) / d if d > 0 else 0.0
 
 
-def base_metrics(rows: dict[str, np.ndarray]) -> dict[str, float]:
+def trial_scores(rows: dict[str, np.ndarray]) -> list[float]:
+    """Per-trial scores pooled over scenarios: ego agents that reached their goal in
+    trial k over ego agent-episodes."""
+    return [_rate(rows["trial_reached"][:, k], rows["ego_agents"])
+            for k in range(rows["trial_reached"].shape[1])]
+
+
+def base_metrics(rows: dict[str, np.ndarray], metrics: tuple[Metric, ...]) -> dict[str, float]:
     """Rates over ego agent-episodes of the played scenarios (``rows``: fetched
-    ``EpisodeRecord`` fields of the valid rows); in trial mode also ``trial_{k}_score``
+    ``EpisodeRecord`` rows of the valid entries), one per registered episode metric plus
+    ``episode_return`` / ``episode_length``; in trial mode also ``trial_{k}_score``
     (pooled over scenarios) and ``ada_delta_trial_{k}_minus_0``."""
     ego = rows["ego_agents"]
     trials = {}
-    k_trials = rows["trial_reached"].shape[1]
-    if k_trials > 1:
-        scores = [_rate(rows["trial_reached"][:, k], ego) for k in range(k_trials)]
-        trials = {f"trial_{k}_score": scores[k] for k in range(k_trials)}
-        trials.update({f"ada_delta_trial_{k}_minus_0": scores[k] - scores[0]
-                       for k in range(1, k_trials)})
-    return {**trials,
-        "goal_rate": _rate(rows["goals"], ego),
-        "collision_rate": _rate(rows["collisions"], ego),
-        "offroad_rate": _rate(rows["offroads"], ego),
-        "episode_return": _rate(rows["return_sum"], ego),
-        "episode_length": _rate(rows["length_sum"], ego),
-        "agent_episodes": float(np.sum(ego)),
+    if rows["trial_reached"].shape[1] > 1:
+        trials = adaptation_metrics(trial_scores(rows))
+    n = float(np.sum(ego))
+    return {**trials, **episode_rates(rows, n, metrics),
+        "agent_episodes": n,
         "scenarios": float(len(ego)),
         "finished_rate": float(np.mean(rows["finished"])) if len(ego) else 0.0,
     }
 
 
-# Pools built by evaluators, reused by evaluators of the same scenes (a suite usually
-# plays one scenario set under several env settings).
-_POOLS: dict = {}
-_MAX_POOLS = 4
+class PoolCache:
+    """Scenario pools built by evaluators, shared by evaluators of the same scenes (a
+    suite usually plays one scenario set under several env settings). Owned by whoever
+    runs a suite (``run_evaluators``, the training-time manager); bounded."""
+
+    def __init__(self, max_pools: int = 4):
+        self.max_pools = max_pools
+        self._pools: dict = {}
+
+    def get(self, key, build: Callable[[], Any]):
+        if key not in self._pools:
+            while len(self._pools) >= self.max_pools:
+                self._pools.pop(next(iter(self._pools)))
+            self._pools[key] = build()
+        return self._pools[key]
 
 
 class Evaluator:
@@ -140,18 +154,16 @@ class Evaluator:
         return generate_batch(jax.random.key(self.spec.seed), self.spec.num_scenarios,
                               self.spec.procedural, env_config.scenario)
 
-    def _pool(self, env_config: EnvConfig):
-        """The scenario pool, shared with earlier evaluators of the same scenes."""
-        if type(self).load_scenarios is not Evaluator.load_scenarios:
+    def _pool(self, env_config: EnvConfig, pools: PoolCache | None):
+        """The scenario pool, shared through ``pools`` with other evaluators of the same
+        scenes."""
+        build = lambda: make_pool(self.load_scenarios(env_config), env_config.road_index)
+        if pools is None or type(self).load_scenarios is not Evaluator.load_scenarios:
             # A subclass choosing its own scenes (with side effects) builds its own.
-            return make_pool(self.load_scenarios(env_config), env_config.road_index)
+            return build()
         key = (self.spec.scenarios, self.spec.procedural, self.spec.seed,
                self.spec.num_scenarios, env_config.scenario, env_config.road_index)
-        if key not in _POOLS:
-            while len(_POOLS) >= _MAX_POOLS:
-                _POOLS.pop(next(iter(_POOLS)))
-            _POOLS[key] = make_pool(self.load_scenarios(env_config), env_config.road_index)
-        return _POOLS[key]
+        return pools.get(key, build)
 
     def scenario_ids(self, num_available: int) -> np.ndarray:
         """Pool indices to play, each once (default: the first ``num_scenarios``)."""
@@ -179,18 +191,19 @@ class Evaluator:
                   ) -> tuple[dict[str, float], dict[str, list]]:
         """Metrics and per-scenario lists from each actor's fetched rows."""
         r = rows[next(iter(rows))]
-        per = {k: r[k].tolist() for k in ("goals", "collisions", "offroads", "ego_agents")}
-        return base_metrics(r), per
+        names = [m.count for m in episode_metrics(self._setup["env"].metrics)]
+        per = {k: r[k].tolist() for k in (*names, "ego_agents")}
+        return base_metrics(r, self._setup["env"].metrics), per
 
     # ------------------------------------------------------------------ driver
-    def _build(self, policy) -> dict:
-        """Env, pool, sharding and the compiled rollouts (once per policy object)."""
+    def _build(self, policy, pools: PoolCache | None = None) -> dict:
+        """Env, pool, sharding and the jitted rollouts (once per policy object)."""
         key = id(policy)
         if self._setup is not None and self._setup_key == key:
             return self._setup
         env_config = self.env_config()
         env = Env(env_config)
-        pool = self._pool(env_config)
+        pool = self._pool(env_config, pools)
         env_params = env.make_params(pool)
         n = pool.size
         ids = self.scenario_ids(n)
@@ -208,29 +221,33 @@ class Evaluator:
             fn = make_episode_rollout(env, actor, steps, *(hook or (None, None)),
                                       should_stop=self.should_stop(env))
             runs[actor_name] = jax.jit(fn)
+        # Compiled once, at the first batch (ahead of time: its compile time is measured).
+        compiled: dict = {}
         self._setup = dict(env=env, env_params=env_params, ids=ids, batch=batch,
-                           rows=rows, runs=runs, steps=steps)
+                           rows=rows, runs=runs, compiled=compiled, steps=steps)
         self._setup_key = key
         return self._setup
 
     def run(self, policy, params, out_dir: str | Path | None = None, step: int = 0,
-            progress: Callable[[int, int], None] | None = None) -> EvalResult:
+            progress: Callable[[int, int], None] | None = None,
+            pools: PoolCache | None = None) -> EvalResult:
         """Evaluate ``params`` of ``policy``; never raises (a failure is a ``failed``
         result with the error). Videos go to ``out_dir/NAME/render/VIEW/`` when the
-        spec's render section is enabled and ``out_dir`` is given."""
+        spec's render section is enabled and ``out_dir`` is given. ``pools`` shares
+        scenario pools with the other evaluators of a suite."""
         result = EvalResult(name=self.name, type=self.type_name,
                             config=dict(self.spec.resolved))
         t0 = time.perf_counter()
         try:
-            self._evaluate(policy, params, result, out_dir, step, progress)
+            self._evaluate(policy, params, result, out_dir, step, progress, pools)
         except Exception as e:  # a failing evaluator must not stop the others
             result.status = "failed"
             result.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
         result.eval_seconds = time.perf_counter() - t0
         return result
 
-    def _evaluate(self, policy, params, result: EvalResult, out_dir, step, progress):
-        s = self._build(policy)
+    def _evaluate(self, policy, params, result: EvalResult, out_dir, step, progress, pools):
+        s = self._build(policy, pools)
         ids, batch = s["ids"], s["batch"]
         num_batches = -(-len(ids) // batch)
         fetched: dict[str, list] = {name: [] for name in s["runs"]}
@@ -245,15 +262,13 @@ class Evaluator:
                 valid[:len(chunk)] = True
                 padded = np.zeros((batch,), np.int32)
                 padded[:len(chunk)] = chunk
-                tc = time.perf_counter()
-                compiled_before = fn._cache_size()
-                record, extra = fn(params, s["env_params"],
-                                   jax.device_put(padded, s["rows"]),
-                                   jax.device_put(valid, s["rows"]),
-                                   jax.random.fold_in(key, i))
-                record, extra = jax.device_get((record, extra))
-                if fn._cache_size() > compiled_before:
+                args = (params, s["env_params"], jax.device_put(padded, s["rows"]),
+                        jax.device_put(valid, s["rows"]), jax.random.fold_in(key, i))
+                if name not in s["compiled"]:
+                    tc = time.perf_counter()
+                    s["compiled"][name] = fn.lower(*args).compile()
                     result.compile_seconds += time.perf_counter() - tc
+                record, extra = jax.device_get(s["compiled"][name](*args))
                 fetched[name].append(record)
                 extras[name].append(extra)
                 done += 1
@@ -261,8 +276,8 @@ class Evaluator:
                     progress(done, num_batches * rollouts * len(s["runs"]))
         rows = {}
         for name, records in fetched.items():
-            cat = {f: np.concatenate([getattr(r, f) for r in records])
-                   for f in EpisodeRecord.__dataclass_fields__}
+            cat = {f: np.concatenate([r.rows()[f] for r in records])
+                   for f in records[0].rows()}
             valid = cat.pop("valid")
             rows[name] = {f: v[valid] for f, v in cat.items()}
             ex = extras[name]
@@ -288,8 +303,8 @@ class Evaluator:
                    "batch": k // batch,
                    "scenario_id": row["scenario_id"], "start_step": 0,
                    "end_step": row["end_step"], "outcome": outcome(row),
-                   "ego_agents": row["ego_agents"], "goals": row["goals"],
-                   "collisions": row["collisions"], "offroads": row["offroads"],
+                   "ego_agents": row["ego_agents"],
+                   **{m.count: row[m.count] for m in episode_metrics(self._setup["env"].metrics)},
                    "return": row["return_sum"]}
             assert rec["outcome"] in OUTCOMES
             out.append(rec)

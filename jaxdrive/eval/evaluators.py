@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +21,7 @@ import numpy as np
 from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.config import ConfigError
 from jaxdrive.env import Env, EnvConfig
-from jaxdrive.eval.evaluator import EvalResult, Evaluator, base_metrics
+from jaxdrive.eval.evaluator import Evaluator, base_metrics
 from jaxdrive.eval.suite import EvaluatorSpec
 
 
@@ -113,12 +112,11 @@ class Adaptation(Evaluator):
             scores = r["trial_reached"] / ego  # (S, K) per scenario
             scored = r["ego_agents"] > 0
             scores = scores[scored]
-            for key, value in base_metrics(r).items():
+            # Pooled trial scores come with the base metrics; per scenario here.
+            for key, value in base_metrics(r, self._setup["env"].metrics).items():
                 metrics[f"{prefix}{key}"] = value
             k_trials = scores.shape[1]
             for k in range(k_trials):
-                metrics[f"{prefix}trial_{k}_score"] = _rate(r["trial_reached"][:, k],
-                                                            r["ego_agents"])
                 per[f"{prefix}trial_{k}_score"] = (r["trial_reached"][:, k] / ego[:, 0]).tolist()
             for k in range(1, k_trials):
                 d = scores[:, k] - scores[:, 0]
@@ -136,11 +134,6 @@ class Adaptation(Evaluator):
             metrics[f"memory_gain_trial_{k}_ci_low"] = mean - half
             metrics[f"memory_gain_trial_{k}_ci_high"] = mean + half
         return metrics, per
-
-
-def _rate(num, den) -> float:
-    d = float(np.sum(den))
-    return float(np.sum(num)) / d if d > 0 else 0.0
 
 
 class Planning(Evaluator):
@@ -186,7 +179,7 @@ class Planning(Evaluator):
 
     def aggregate(self, rows, extras):
         r = rows["policy"]
-        metrics = base_metrics(r)
+        metrics = base_metrics(r, self._setup["env"].metrics)
         terms = extras["policy"]
         scored = terms["scored_agents"] > 0
         per = {k: v.tolist() for k, v in terms.items()}
@@ -216,7 +209,3 @@ def make_evaluators(specs) -> list[Evaluator]:
         else:
             out.append(EVALUATORS[spec.type](spec))
     return out
-
-
-def failed_result(name: str, type_name: str, error: str, config: dict[str, Any]) -> EvalResult:
-    return EvalResult(name=name, type=type_name, status="failed", error=error, config=config)

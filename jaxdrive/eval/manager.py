@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jaxdrive.eval.evaluator import EvalResult
+from jaxdrive.eval.evaluator import EvalResult, PoolCache
 from jaxdrive.eval.evaluators import make_evaluators
 from jaxdrive.eval.runner import SuiteResult
 from jaxdrive.eval.suite import EvaluatorSpec
@@ -52,6 +52,7 @@ class EvalManager:
         self.out_dir = self.run_dir / "eval"
         self.suite_file = suite_file
         self.log = log
+        self.pools = PoolCache()  # shared by the inline evaluators for the run's life
         self.inline = {s.name: make_evaluators([s]) for s in self.specs
                        if s.mode == "inline"}
         self._children: list[tuple[subprocess.Popen, Path, int, str]] = []
@@ -80,7 +81,8 @@ class EvalManager:
                 self._launch(spec, step)
                 continue
             for ev in self.inline[spec.name]:
-                r = ev.run(self.policy, params, out_dir=self.out_dir, step=step)
+                r = ev.run(self.policy, params, out_dir=self.out_dir, step=step,
+                           pools=self.pools)
                 if r.status != "ok":
                     self.log(f"warning: evaluator {r.name} failed at step {step}: "
                              f"{(r.error or '').splitlines()[0]}")

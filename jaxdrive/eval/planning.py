@@ -204,7 +204,7 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
         # The pre-step scenario's sizes: after an auto-reset ``state`` holds the next one's.
         length, width = prev_state.length, prev_state.width
         a = prev.yaw.shape[0]
-        ended = jnp.broadcast_to(jnp.asarray(timestep.trial_done, bool), (a,))
+        ended = jnp.broadcast_to(jnp.asarray(timestep.info.trial_done, bool), (a,))
         was_present = prev.valid & ~prev_state.removed
         replaced = ended | (state.removed & ~prev_state.removed)
         xy = jnp.where(replaced[:, None], prev.xy + prev.vel * dt, post.xy).astype(F32)
@@ -212,7 +212,7 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
         vel = jnp.where(replaced[:, None], prev.vel, post.vel)
         here = jnp.where(replaced, was_present, post.valid & ~state.removed)
 
-        m = timestep.metrics
+        m = timestep.info.metrics
         present = scored & was_present
         newly_done = state.done & ~prev_state.done
         kinematic = present & here & ~replaced & ~newly_done & ~m.goal_reached

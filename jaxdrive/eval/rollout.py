@@ -20,8 +20,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.agents.actors import Actor
+from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
-from jaxdrive.types import EntityKind
+from jaxdrive.metrics.episode import scored_sums
 
 OUTCOMES = ("goal", "collision", "offroad", "timeout", "unfinished")
 
@@ -35,10 +36,10 @@ class EpisodeRecord:
       scenario_id: pool scenario played.
       finished: the episode ended within the rollout (else it is cut and partial).
       end_step: env steps the episode lasted (the rollout length when unfinished).
-      ego_agents: ego agent-episodes (controlled, not co-players).
-      goals, collisions, offroads: ego agents with that event in the episode.
-      return_sum: summed episode return of the ego agents.
-      length_sum: summed steps the ego agents acted.
+      counts: dict of per-env sums over the episode's ego agents
+        (``jaxdrive.metrics.episode.scored_sums``): ``ego_agents``, each reduced
+        metric's count name (``goals``, ``collisions``, ``offroads``, ...),
+        ``return_sum``, ``length_sum``.
       trial_reached: (B, K) ego agents that reached their goal in trial k.
       trial_length: (B, K) steps trial k lasted.
     """
@@ -47,14 +48,15 @@ class EpisodeRecord:
     scenario_id: jax.Array
     finished: jax.Array
     end_step: jax.Array
-    ego_agents: jax.Array
-    goals: jax.Array
-    collisions: jax.Array
-    offroads: jax.Array
-    return_sum: jax.Array
-    length_sum: jax.Array
+    counts: dict
     trial_reached: jax.Array
     trial_length: jax.Array
+
+    def rows(self) -> dict:
+        """Flat name -> (B, ...) arrays (counts inlined)."""
+        return {"valid": self.valid, "scenario_id": self.scenario_id,
+                "finished": self.finished, "end_step": self.end_step, **self.counts,
+                "trial_reached": self.trial_reached, "trial_length": self.trial_length}
 
 
 # hook(env_params, prev_state, state, timestep) -> pytree of (B, ...) for one step.
@@ -64,14 +66,17 @@ StepHook = Callable[[EnvParams, EnvState, EnvState, TimeStep], Any]
 StepReduce = Callable[[EnvParams, EnvState, Any, jax.Array], Any]
 
 
-def _episode_counts(ts_or_state_episode, ego: jax.Array):
+def _ego_counts(env: Env, episode, ego: jax.Array) -> dict:
     """Per-env sums over ego agents of an ``EpisodeStats`` (B, A)."""
-    e = ts_or_state_episode
-    count = lambda m: jnp.sum(m & ego, axis=-1).astype(jnp.int32)
-    return (jnp.sum(ego, axis=-1).astype(jnp.int32), count(e.goal_reached),
-            count(e.collided), count(e.offroad),
-            jnp.sum(jnp.where(ego, e.return_, 0.0), axis=-1).astype(jnp.float32),
-            jnp.sum(jnp.where(ego, e.length, 0), axis=-1).astype(jnp.int32))
+    sums = scored_sums(episode, ego, env.metrics)
+    return {("ego_agents" if k == "agents" else k): v for k, v in sums.items()}
+
+
+def _pick(mask: jax.Array, new, old):
+    """Per-env (B,) choice between two pytrees with leading axis B."""
+    return jax.tree.map(
+        lambda n, o: jnp.where(mask.reshape(mask.shape + (1,) * (n.ndim - 1)), n, o),
+        new, old)
 
 
 def make_episode_rollout(env: Env, actor: Actor, num_steps: int,
@@ -81,10 +86,32 @@ def make_episode_rollout(env: Env, actor: Actor, num_steps: int,
     reduced hook outputs or None)`` (pure; jit it). See the module doc.
 
     ``should_stop(state, timestep) -> (B,) bool``, evaluated after every step, ends each
-    env's counted episode (default: ``timestep.episode_done``, the env's own end).
+    env's counted episode (default: ``timestep.info.episode_done``, the env's own end).
     """
-    trial_mode = env.config.goal_behavior == "trial"
-    k = env.config.num_trials if trial_mode else 1
+    k = env.config.num_trials if env.trial_mode else 1
+
+    def record_step(env_params, record: EpisodeRecord, tr: Transition):
+        new_state, new_ts = tr.next_state, tr.next_timestep
+        info = new_ts.info
+        counting = ~record.finished  # this step belongs to the first episode
+        out = None if hook is None else hook(env_params, tr.state, new_state, new_ts)
+        stop = info.episode_done if should_stop is None else should_stop(new_state, new_ts)
+        ends = stop & counting
+        # An episode the env ended hands out its statistics in the time step; one
+        # stopped earlier by ``should_stop`` reports the state's running ones.
+        done = info.episode_done
+        counts = _pick(done, _ego_counts(env, info.episode, info.episode_ego),
+                       _ego_counts(env, new_state.episode, new_state.ego))
+        record = record.replace(
+            finished=record.finished | ends,
+            end_step=jnp.where(counting, record.end_step + 1, record.end_step),
+            counts=_pick(ends, counts, record.counts))
+        if env.trial_mode:
+            trials = _pick(done, info.trials, new_state.trials)
+            record = record.replace(
+                trial_reached=_pick(ends, trials.ego_reached, record.trial_reached),
+                trial_length=_pick(ends, trials.length, record.trial_length))
+        return record, (out, counting)
 
     def run(params, env_params: EnvParams, scenario_ids, valid, key):
         b = scenario_ids.shape[0]
@@ -92,69 +119,34 @@ def make_episode_rollout(env: Env, actor: Actor, num_steps: int,
         state, ts = jax.vmap(env.reset_to, in_axes=(None, 0, 0))(
             env_params, scenario_ids.astype(jnp.int32), jax.random.split(k_reset, b))
         zeros_i = jnp.zeros((b,), jnp.int32)
+        counts = jax.tree.map(jnp.zeros_like, _ego_counts(env, state.episode, state.ego))
         record = EpisodeRecord(
             valid=valid, scenario_id=scenario_ids.astype(jnp.int32),
-            finished=jnp.zeros((b,), bool), end_step=zeros_i, ego_agents=zeros_i,
-            goals=zeros_i, collisions=zeros_i, offroads=zeros_i,
-            return_sum=jnp.zeros((b,), jnp.float32), length_sum=zeros_i,
+            finished=jnp.zeros((b,), bool), end_step=zeros_i, counts=counts,
             trial_reached=jnp.zeros((b, k), jnp.int32),
             trial_length=jnp.zeros((b, k), jnp.int32))
 
-        def body(carry, k_step):
-            state, ts, actor_carry, record = carry
+        def act(carry, state, ts, k_step):
+            actor_carry, record = carry
             action, actor_carry = actor.act(params, actor_carry, env_params, state, ts,
                                             k_step)
-            new_state, new_ts = env.step_batch(env_params, state, action)
-            counting = ~record.finished  # this step belongs to the first episode
-            out = None if hook is None else hook(env_params, state, new_state, new_ts)
-            stop = new_ts.episode_done if should_stop is None else should_stop(new_state,
-                                                                                 new_ts)
-            ends = stop & counting
-            # An episode the env ended hands out its statistics in the time step; one
-            # stopped earlier by ``should_stop`` reports the state's running ones.
-            done = new_ts.episode_done
-            live_ego = new_ts.ego & (new_state.kind == EntityKind.CONTROLLED)
-            counts = [jnp.where(done, d, live) for d, live in zip(
-                _episode_counts(new_ts.episode, new_ts.episode_ego),
-                _episode_counts(new_state.episode, live_ego), strict=True)]
-            keep = lambda old, new: jnp.where(
-                ends.reshape((b,) + (1,) * (old.ndim - 1)), new, old)
-            trials = jax.tree.map(
-                lambda d, live: jnp.where(done.reshape((b,) + (1,) * (d.ndim - 1)), d, live),
-                new_ts.trials, new_state.trials)
-            record = record.replace(
-                finished=record.finished | ends,
-                end_step=jnp.where(counting, record.end_step + 1, record.end_step),
-                ego_agents=keep(record.ego_agents, counts[0]),
-                goals=keep(record.goals, counts[1]),
-                collisions=keep(record.collisions, counts[2]),
-                offroads=keep(record.offroads, counts[3]),
-                return_sum=keep(record.return_sum, counts[4]),
-                length_sum=keep(record.length_sum, counts[5]),
-                trial_reached=keep(record.trial_reached, trials.ego_reached)
-                if trial_mode else record.trial_reached,
-                trial_length=keep(record.trial_length, trials.length)
-                if trial_mode else record.trial_length,
-            )
-            return (new_state, new_ts, actor_carry, record), (out, counting & valid)
+            return action, (actor_carry, record), None
+
+        def record_fn(carry, tr: Transition):
+            actor_carry, record = carry
+            record, out = record_step(env_params, record, tr)
+            return (actor_carry, record), out
 
         state0 = state
-        carry = (state, ts, actor.init(b), record)
-        (state, ts, _, record), (outs, counted) = jax.lax.scan(
-            body, carry, jax.random.split(k_run, num_steps))
+        state, ts, (_, record), (outs, counting) = scan_rollout(
+            env, env_params, act, state, ts, (actor.init(b), record),
+            jax.random.split(k_run, num_steps), record=record_fn)
         # An episode cut by the rollout's end reports its partial statistics.
-        cut = ~record.finished
-        counts = _episode_counts(state.episode,
-                                 ts.ego & (state.kind == EntityKind.CONTROLLED))
-        keep = lambda old, new: jnp.where(cut, new, old)
-        record = record.replace(
-            ego_agents=keep(record.ego_agents, counts[0]), goals=keep(record.goals, counts[1]),
-            collisions=keep(record.collisions, counts[2]),
-            offroads=keep(record.offroads, counts[3]),
-            return_sum=keep(record.return_sum, counts[4]),
-            length_sum=keep(record.length_sum, counts[5]))
+        record = record.replace(counts=_pick(~record.finished,
+                                             _ego_counts(env, state.episode, state.ego),
+                                             record.counts))
         extra = (None if hook is None or reduce is None
-                 else reduce(env_params, state0, outs, counted))
+                 else reduce(env_params, state0, outs, counting & valid))
         return record, extra
 
     return run

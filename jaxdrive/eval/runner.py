@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jaxdrive.eval.evaluator import EvalResult, Evaluator
+from jaxdrive.eval.evaluator import EvalResult, Evaluator, PoolCache
 
 RESULTS_VERSION = 1
 
@@ -137,11 +137,12 @@ def run_evaluators(evaluators: list[Evaluator], policy, params,
 
         bar = tqdm(total=len(evaluators), unit="evaluator", desc="eval")
     results = []
+    pools = PoolCache()  # evaluators of the same scenes share one pool
     try:
         for ev in evaluators:
             if bar is not None:
                 bar.set_postfix_str(ev.name)
-            results.append(ev.run(policy, params, out_dir=out_dir, step=step))
+            results.append(ev.run(policy, params, out_dir=out_dir, step=step, pools=pools))
             if bar is not None:
                 bar.update(1)
     finally:

@@ -1,73 +1,107 @@
-"""Per-step metrics, computed once per step; rewards and logs are derived from them."""
+"""Per-step metrics of one environment, computed once per step from the simulator state.
+
+The built-in metrics (registered here, in this order) are:
+
+- ``goal_reached`` (A,) bool: the centre is within the goal radius (episode: any;
+  reported as ``goal_rate``, counted as ``goals``);
+- ``collided`` (A,) bool: the box overlaps another present agent's box (any;
+  ``collision_rate``, ``collisions``);
+- ``offroad`` (A,) bool: a corner of the box lies beyond the road edges (any;
+  ``offroad_rate``, ``offroads``);
+- ``goal_distance`` (A,) float32: metres from the centre to the goal (per step);
+- ``progress`` (A,) float32: metres gained towards the goal this step (per step).
+
+Rewards, events and logs are derived from these values; nothing recomputes them.
+"""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from jaxdrive import geometry
+from jaxdrive.metrics import registry
+from jaxdrive.metrics.named import NamedArrays
+from jaxdrive.metrics.registry import Metric
 from jaxdrive.scenarios import road_index
 from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.types import AgentState
 
 
-@struct.dataclass
-class StepMetrics:
-    """Per-agent facts about the state reached by a step.
+class StepView(NamedTuple):
+    """What a metric may read about one environment's state after a step.
 
     Attributes:
-      collided: (A,) bool, the agent's box overlaps another present agent's box.
-      offroad: (A,) bool, a corner of the box lies beyond the road edges.
-      goal_reached: (A,) bool, the centre is within the goal radius.
-      goal_distance: (A,) float32, metres from the centre to the goal.
-      progress: (A,) float32, metres gained towards the goal this step.
-    """
-
-    collided: jax.Array
-    offroad: jax.Array
-    goal_reached: jax.Array
-    goal_distance: jax.Array
-    progress: jax.Array
-
-
-def compute_metrics(
-    pool: ScenarioPool,
-    scenario_id: jax.Array,
-    agents: AgentState,
-    present: jax.Array,
-    length: jax.Array,
-    width: jax.Array,
-    goal: jax.Array,
-    prev_goal_distance: jax.Array,
-    goal_radius: float,
-    trig=None,
-) -> StepMetrics:
-    """Metrics of one environment's state.
-
-    Args:
-      pool, scenario_id: the scenario's road graph and grid.
-      agents: ``AgentState`` (A agents).
-      present: (A,) bool, agents that exist physically (collidable); others get False.
-      length, width: (A,) float32; goal: (A, 2) float32.
-      prev_goal_distance: (A,) float32, the goal distance before this step.
+      pool, scenario_id: the scenario's road graph and road index.
+      agents: ``AgentState`` (A agents) reached by the step, before any reset.
+      present: (A,) bool, agents that exist physically (collidable, observable).
+      length, width: (A,) float32 box sizes; goal: (A, 2) float32.
+      prev_goal_distance: (A,) float32, goal distances before the step.
       goal_radius: metres.
-      trig: optional ``(cos(yaw), sin(yaw))`` (A,) each, materialised.
+      trig: ``(cos(yaw), sin(yaw))``, (A,) each, computed once.
     """
+
+    pool: ScenarioPool
+    scenario_id: jax.Array
+    agents: AgentState
+    present: jax.Array
+    length: jax.Array
+    width: jax.Array
+    goal: jax.Array
+    prev_goal_distance: jax.Array
+    goal_radius: float
+    trig: tuple[jax.Array, jax.Array]
+
+
+class StepMetrics(NamedArrays):
+    """Registered metric name -> (A,) per-step value of one env (see the module doc)."""
+
+
+def _goal_distance(v: StepView) -> jax.Array:
+    return jnp.linalg.norm(v.goal - v.agents.xy, axis=-1)
+
+
+def _collided(v: StepView) -> jax.Array:
+    hit = geometry.pairwise_overlap(v.agents.xy, v.agents.yaw, v.length, v.width, v.present,
+                                    v.trig)
+    return jnp.any(hit, axis=-1)
+
+
+def _offroad(v: StepView) -> jax.Array:
+    return v.present & road_index.is_offroad(
+        v.pool.road_index, v.pool.scenarios.roadgraph, v.agents.xy, v.agents.yaw, v.length,
+        v.width, v.scenario_id, v.trig)
+
+
+registry.register(Metric("goal_reached",
+                         lambda v: v.present & (_goal_distance(v) <= v.goal_radius),
+                         reduce="any", rate="goal_rate", count="goals"))
+registry.register(Metric("collided", _collided, reduce="any", rate="collision_rate",
+                         count="collisions"))
+registry.register(Metric("offroad", _offroad, reduce="any", rate="offroad_rate",
+                         count="offroads"))
+registry.register(Metric("goal_distance", lambda v: _goal_distance(v).astype(jnp.float32),
+                         at_reset="compute"))
+registry.register(Metric("progress", lambda v: (v.prev_goal_distance
+                                                - _goal_distance(v)).astype(jnp.float32)))
+
+
+def compute_metrics(view: StepView, metrics: tuple[Metric, ...]) -> StepMetrics:
+    """Every metric of ``metrics`` (a registry snapshot) on one environment's state."""
     with jax.named_scope("metrics"):
-        if trig is None:
-            trig = geometry.cos_sin(agents.yaw)
-        hit = geometry.pairwise_overlap(agents.xy, agents.yaw, length, width, present, trig)
-        collided = jnp.any(hit, axis=-1)
-        offroad = present & road_index.is_offroad(
-            pool.road_index, pool.scenarios.roadgraph, agents.xy, agents.yaw, length, width,
-            scenario_id, trig,
-        )
-        goal_distance = jnp.linalg.norm(goal - agents.xy, axis=-1)
-        return StepMetrics(
-            collided=collided,
-            offroad=offroad,
-            goal_reached=present & (goal_distance <= goal_radius),
-            goal_distance=goal_distance.astype(jnp.float32),
-            progress=(prev_goal_distance - goal_distance).astype(jnp.float32),
-        )
+        return StepMetrics({m.name: m.compute(view) for m in metrics})
+
+
+def initial_metrics(view: StepView, metrics: tuple[Metric, ...]) -> StepMetrics:
+    """The metrics a reset reports: zeros (no event yet) or, for ``at_reset="compute"``
+    metrics, their value on the initial state."""
+    out = {}
+    for m in metrics:
+        if m.at_reset == "compute":
+            out[m.name] = m.compute(view)
+        else:
+            shape = jax.eval_shape(m.compute, view)
+            out[m.name] = jnp.zeros(shape.shape, shape.dtype)
+    return StepMetrics(out)

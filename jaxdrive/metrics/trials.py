@@ -73,12 +73,8 @@ class TrialTotals:
         ego = jnp.maximum(self.ego_agents, 1.0)
         co = jnp.maximum(self.co_agents, 1.0)
         eps = jnp.maximum(self.episodes, 1.0)
-        out = {}
         scores = self.ego_reached / ego
-        for k in range(k_trials):
-            out[f"trial_{k}_score"] = scores[k]
-        for k in range(1, k_trials):
-            out[f"ada_delta_trial_{k}_minus_0"] = scores[k] - scores[0]
+        out = adaptation_metrics([scores[k] for k in range(k_trials)])
         for k in range(k_trials):
             out[f"co_player_trial_{k}_score"] = self.co_reached[k] / co
         out["trial_episodes"] = self.episodes
@@ -87,3 +83,12 @@ class TrialTotals:
         out["trials_timed_out"] = self.trials_timed_out / eps
         out["trial_mean_length"] = self.trial_length_sum / jnp.maximum(self.trials_completed, 1.0)
         return out
+
+
+def adaptation_metrics(scores) -> dict:
+    """``trial_{k}_score`` and ``ada_delta_trial_{k}_minus_0`` (k > 0) from the K per-trial
+    scores (a sequence of floats or () arrays): the one place these are defined."""
+    out = {f"trial_{k}_score": scores[k] for k in range(len(scores))}
+    out.update({f"ada_delta_trial_{k}_minus_0": scores[k] - scores[0]
+                for k in range(1, len(scores))})
+    return out

@@ -394,12 +394,12 @@ def agent_colours(state: EnvState, timestep: TimeStep) -> tuple[jax.Array, jax.A
         [AgentColour.CO_PLAYER, AgentColour.EGO, AgentColour.EXPERT],
         AgentColour.STATIC,
     ).astype(jnp.int32)
-    current = ~(timestep.episode_done | timestep.trial_done)
+    current = ~(timestep.info.episode_done | timestep.info.trial_done)
     # Off-road marks driving mistakes: a logged object parked beyond the road edges keeps
     # its role colour.
-    colour = jnp.where(timestep.metrics.offroad & current & controlled, AgentColour.OFFROAD,
+    colour = jnp.where(timestep.info.metrics.offroad & current & controlled, AgentColour.OFFROAD,
                        colour)
-    colour = jnp.where(timestep.metrics.collided & current, AgentColour.COLLIDED, colour)
+    colour = jnp.where(timestep.info.metrics.collided & current, AgentColour.COLLIDED, colour)
     return visible, colour
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from flax import struct
 
 from jaxdrive.agents.actors import Actor, controller_actor, policy_actor  # noqa: F401 (re-export)
+from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int, check_range
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
 from jaxdrive.render.raster import EGO_METRES_PER_PIXEL, VIEWS, RenderConfig, render_state
@@ -156,16 +157,16 @@ class Recorder:
             trail_valid=jnp.zeros((b, a, k), bool), key=k_run,
         )
 
-    def _frames(self, env_params, carry: RecordCarry) -> jax.Array:
+    def _frames(self, env_params, state: EnvState, timestep: TimeStep, trail_xy,
+                trail_valid) -> jax.Array:
         """(B, V, H, W, 3) uint8: every view of every env's current state."""
-        trails = carry.trail_xy, carry.trail_valid
+        trails = trail_xy, trail_valid
         if self.config.trail_steps == 0:
             trails = None, None
         axes = (None, None, 0, 0, 0 if trails[0] is not None else None,
                 0 if trails[1] is not None else None)
         views = [
-            jax.vmap(render_state, in_axes=axes)(view, env_params, carry.state,
-                                                  carry.timestep, *trails)
+            jax.vmap(render_state, in_axes=axes)(view, env_params, state, timestep, *trails)
             for view in self.views
         ]
         return jnp.stack(views, axis=1)
@@ -173,36 +174,47 @@ class Recorder:
     @staticmethod
     def _info(state: EnvState, ts: TimeStep) -> FrameInfo:
         controlled = (state.kind == EntityKind.CONTROLLED) & state.agents.valid & ~state.removed
-        current = ~(ts.episode_done | ts.trial_done)[:, None]
+        current = ~(ts.info.episode_done | ts.info.trial_done)[:, None]
         count = lambda m: jnp.sum(m & controlled, axis=-1).astype(jnp.int32)
         return FrameInfo(
             step=state.step.astype(jnp.int32), trial=state.trial.astype(jnp.int32),
             controlled=count(controlled), at_goal=count(state.reached),
-            collided=count(ts.metrics.collided & current),
-            offroad=count(ts.metrics.offroad & current),
+            collided=count(ts.info.metrics.collided & current),
+            offroad=count(ts.info.metrics.offroad & current),
         )
 
     def _chunk(self, params, env_params: EnvParams, carry: RecordCarry):
-        def body(carry: RecordCarry, _):
-            frames = self._frames(env_params, carry)
-            info = self._info(carry.state, carry.timestep)
-            key, k_act = jax.random.split(carry.key)
-            action, actor_carry = self.actor.act(params, carry.actor, env_params,
-                                                 carry.state, carry.timestep, k_act)
-            state, ts = self.env.step_batch(env_params, carry.state, action)
-            # The trail holds the positions of earlier frames of the same trial.
-            present = carry.state.agents.valid & ~carry.state.removed
-            trail_xy = jnp.concatenate(
-                [carry.state.agents.xy[:, :, None], carry.trail_xy[:, :, :-1]], axis=2)
-            trail_valid = jnp.concatenate(
-                [present[:, :, None], carry.trail_valid[:, :, :-1]], axis=2)
-            restart = (ts.episode_done | ts.trial_done)[:, None, None]
-            trail_valid = trail_valid & ~restart
-            new = RecordCarry(state=state, timestep=ts, actor=actor_carry,
-                              trail_xy=trail_xy, trail_valid=trail_valid, key=key)
-            return new, (frames, info)
+        """The next ``chunk_steps`` frames: each step renders the current state, then acts
+        and steps (the rollout core, ``jaxdrive.agents.rollout.scan_rollout``)."""
 
-        return jax.lax.scan(body, carry, None, length=self.config.chunk_steps)
+        def act(c, state, ts, _):
+            actor_carry, trail_xy, trail_valid, key = c
+            key, k_act = jax.random.split(key)
+            action, actor_carry = self.actor.act(params, actor_carry, env_params, state, ts,
+                                                 k_act)
+            return action, (actor_carry, trail_xy, trail_valid, key), None
+
+        def keep(c, tr: Transition):
+            actor_carry, trail_xy, trail_valid, key = c
+            frames = self._frames(env_params, tr.state, tr.timestep, trail_xy, trail_valid)
+            info = self._info(tr.state, tr.timestep)
+            # The trail holds the positions of earlier frames of the same trial.
+            present = tr.state.agents.valid & ~tr.state.removed
+            trail_xy = jnp.concatenate([tr.state.agents.xy[:, :, None], trail_xy[:, :, :-1]],
+                                       axis=2)
+            trail_valid = jnp.concatenate([present[:, :, None], trail_valid[:, :, :-1]],
+                                          axis=2)
+            info_next = tr.next_timestep.info
+            restart = (info_next.episode_done | info_next.trial_done)[:, None, None]
+            trail_valid = trail_valid & ~restart
+            return (actor_carry, trail_xy, trail_valid, key), (frames, info)
+
+        state, ts, (actor_carry, trail_xy, trail_valid, key), outs = scan_rollout(
+            self.env, env_params, act, carry.state, carry.timestep,
+            (carry.actor, carry.trail_xy, carry.trail_valid, carry.key), record=keep,
+            length=self.config.chunk_steps)
+        return RecordCarry(state=state, timestep=ts, actor=actor_carry, trail_xy=trail_xy,
+                           trail_valid=trail_valid, key=key), outs
 
 
 Sink = Callable[[int, np.ndarray, FrameInfo], None]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.config import ConfigError
@@ -54,8 +53,3 @@ def make_pool(
     n = scenarios.objects.xy.shape[0]
     index = _build_fn(index_config, max(1, min(batch_size, n)))(scenarios.roadgraph)
     return ScenarioPool(scenarios=scenarios, road_index=index)
-
-
-def pool_from_single(scenario: Scenario, index_config: RoadIndexConfig | None = None):
-    """A pool holding one unbatched scenario."""
-    return make_pool(jax.tree.map(lambda x: jnp.asarray(x)[None], scenario), index_config)

@@ -20,6 +20,8 @@ episodes and the deltas compare like with like.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -79,3 +81,55 @@ class TrialStats:
             num_ego=self.num_ego,
             num_co=self.num_co,
         )
+
+
+class Clock(NamedTuple):
+    """How one step ends for an environment.
+
+    Attributes:
+      terminated, truncated, trial_ended: (A,) bool signals (see ``jaxdrive.env``).
+      episode_end, trial_end: () bool.
+      trials: ``TrialStats`` with the trial that ended recorded.
+    """
+
+    terminated: jax.Array
+    truncated: jax.Array
+    trial_ended: jax.Array
+    episode_end: jax.Array
+    trial_end: jax.Array
+    trials: TrialStats
+
+
+def advance_clock(trial_mode: bool, num_trials: int, trial_length: int,
+                  episode_length: int, step: jax.Array, trial_start: jax.Array,
+                  trial: jax.Array, controlled: jax.Array, done: jax.Array,
+                  out: jax.Array, reached: jax.Array, ego: jax.Array,
+                  co_player: jax.Array, trials: TrialStats) -> Clock:
+    """The episode / trial state machine of one environment after a step.
+
+    Outside trial mode the episode ends at ``episode_length`` steps or when no
+    controlled agent acts; agents that stopped (``out``) terminate, the others are
+    truncated at the end. In trial mode a trial ends at ``trial_length`` steps or when no
+    controlled agent acts; every controlled agent is truncated at a trial end and
+    terminated at the K-th.
+
+    Args:
+      step: () int32 steps taken, this one included; trial_start, trial: () int32.
+      controlled, done, out, reached, ego, co_player: (A,) bool after the step.
+    """
+    if trial_mode:
+        timed_out = step - trial_start >= trial_length
+        trial_end = timed_out | ~jnp.any(controlled & ~done)
+        episode_end = trial_end & (trial == num_trials - 1)
+        terminated = controlled & episode_end
+        truncated = controlled & trial_end & ~episode_end
+        trial_ended = controlled & trial_end
+        trials = trials.record(trial, trial_end, reached, ego, co_player,
+                               step - trial_start, timed_out)
+    else:
+        terminated = out
+        episode_end = (step >= episode_length) | ~jnp.any(controlled & ~done)
+        truncated = controlled & ~done & episode_end
+        trial_end = episode_end
+        trial_ended = jnp.zeros_like(out)
+    return Clock(terminated, truncated, trial_ended, episode_end, trial_end, trials)

@@ -25,7 +25,11 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
+from jaxdrive.metrics.episode import report_values
+from jaxdrive.metrics.registry import report_names
+from jaxdrive.metrics.trials import adaptation_metrics
 from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
 from jaxdrive.runs.config import RunConfig
@@ -33,9 +37,6 @@ from jaxdrive.telemetry import ema
 from jaxdrive.train.gae import bootstrap_stop, gae
 from jaxdrive.train.losses import LossStats, masked_mean, normalize_advantages, ppo_loss
 from jaxdrive.types import Observation
-
-EPISODE_METRICS = ("goal_rate", "collision_rate", "offroad_rate", "episode_return",
-                   "episode_length")
 
 
 @struct.dataclass
@@ -48,7 +49,7 @@ class TrainState:
       cache: learner ``KVCache`` (N = B x A rows).
       co_caches: tuple of ``KVCache`` (N,), one per frozen co-player policy.
       co_member: (B,) int32, which frozen policy drives each env's co-players.
-      episode_ema: ``EmaState`` over the N agent slots (``EPISODE_METRICS``).
+      episode_ema: ``EmaState`` over the N agent slots (the registry's report names).
       trial_ema: ``EmaState`` over the B env slots (``trial_{k}_score``), or None.
       key: PRNG key.
       iteration: () int32, training iterations done.
@@ -150,7 +151,7 @@ class PPO:
             cache=self.policy.init_cache(n),
             co_caches=tuple(p.init_cache(n) for p, _ in self.co_players),
             co_member=self._draw_members(k_member),
-            episode_ema=ema.init(EPISODE_METRICS, n),
+            episode_ema=ema.init(report_names(self.env.metrics), n),
             trial_ema=trial_ema,
             key=k_run,
             iteration=jnp.zeros((), jnp.int32),
@@ -171,7 +172,7 @@ class PPO:
                                   dtype=jnp.int32)
 
     # ------------------------------------------------------------------ rollout
-    def _act(self, params, cache, co_caches, co_member, ts: TimeStep, key):
+    def _act(self, params, cache, co_caches, co_member, state: EnvState, ts: TimeStep, key):
         """Actions of every agent row: the learner's, and frozen partners' for co-players."""
         obs = jax.tree.map(_rows, ts.obs)
         first, removed = (_rows(x) for x in policy_inputs(ts))
@@ -191,38 +192,46 @@ class PPO:
                 co_action = jnp.where(pick, a, co_action)
                 new_caches.append(c)
             co_caches = tuple(new_caches)
-            is_co = _rows(ts.co_player).reshape((-1,) + (1,) * (action.ndim - 1))
+            is_co = _rows(state.co_player).reshape((-1,) + (1,) * (action.ndim - 1))
             action = jnp.where(is_co, co_action, action)
         return obs, first, removed, out, action, logp, cache, co_caches
 
     def _rollout(self, state: TrainState, env_params: EnvParams):
+        """T steps of the rollout core (``scan_rollout``), recording each row's transition
+        and folding completed episodes into the EMA statistics."""
         params = state.params
         b, a = self.num_envs, self.num_agents
 
-        def body(carry, key):
-            env_state, ts, cache, co_caches, co_member, ep_ema, tr_ema = carry
+        def act(carry, env_state, ts, key):
+            cache, co_caches, co_member, ep_ema, tr_ema = carry
             k_act, k_member = jax.random.split(key)
             obs, first, removed, out, action, logp, cache, co_caches = self._act(
-                params, cache, co_caches, co_member, ts, k_act)
+                params, cache, co_caches, co_member, env_state, ts, k_act)
             env_action = action.reshape((b, a) + action.shape[1:])
-            env_state, nts = self.env.step_batch(env_params, env_state, env_action)
-            record = Rollout(
+            aux = (obs, first, removed, out.value, action, logp, k_member)
+            return env_action, (cache, co_caches, co_member, ep_ema, tr_ema), aux
+
+        def record(carry, tr: Transition):
+            cache, co_caches, co_member, ep_ema, tr_ema = carry
+            obs, first, removed, value, action, logp, k_member = tr.aux
+            nts = tr.next_timestep
+            step = Rollout(
                 obs=obs, first=first, removed=removed, action=action, logp=logp,
-                value=out.value, reward=_rows(nts.reward), terminated=_rows(nts.terminated),
-                truncated=_rows(nts.truncated), valid=_rows(ts.active & ts.ego),
+                value=value, reward=_rows(nts.reward), terminated=_rows(nts.terminated),
+                truncated=_rows(nts.truncated), valid=_rows(tr.timestep.active & tr.state.ego),
             )
             ep_ema, tr_ema, completed = self._update_stats(ep_ema, tr_ema, nts)
             redraw = self._draw_members(k_member)
-            co_member = jnp.where(nts.episode_done, redraw, co_member)
-            carry = (env_state, nts, cache, co_caches, co_member, ep_ema, tr_ema)
-            return carry, (record, completed)
+            co_member = jnp.where(nts.info.episode_done, redraw, co_member)
+            return (cache, co_caches, co_member, ep_ema, tr_ema), (step, completed)
 
         key, k_roll = jax.random.split(state.key)
-        carry = (state.env_state, state.timestep, state.cache, state.co_caches,
-                 state.co_member, state.episode_ema, state.trial_ema)
-        carry, (traj, completed) = jax.lax.scan(
-            body, carry, jax.random.split(k_roll, self.config.train.rollout_steps))
-        env_state, ts, cache, co_caches, co_member, ep_ema, tr_ema = carry
+        carry = (state.cache, state.co_caches, state.co_member, state.episode_ema,
+                 state.trial_ema)
+        env_state, ts, carry, (traj, completed) = scan_rollout(
+            self.env, env_params, act, state.env_state, state.timestep, carry,
+            jax.random.split(k_roll, self.config.train.rollout_steps), record=record)
+        cache, co_caches, co_member, ep_ema, tr_ema = carry
         state = state.replace(env_state=env_state, timestep=ts, cache=cache,
                               co_caches=co_caches, co_member=co_member, episode_ema=ep_ema,
                               trial_ema=tr_ema, key=key)
@@ -230,17 +239,13 @@ class PPO:
 
     def _update_stats(self, ep_ema, tr_ema, ts: TimeStep):
         alpha = self.config.train.ema_alpha
-        completed = _rows(ts.episode_done[:, None] & ts.episode_ego)
-        e = ts.episode
-        episode = {
-            "goal_rate": _rows(e.goal_reached), "collision_rate": _rows(e.collided),
-            "offroad_rate": _rows(e.offroad), "episode_return": _rows(e.return_),
-            "episode_length": _rows(e.length),
-        }
+        info = ts.info
+        completed = _rows(info.episode_done[:, None] & info.episode_ego)
+        episode = {k: _rows(v) for k, v in report_values(info.episode, self.env.metrics).items()}
         ep_ema = ema.update(ep_ema, completed, episode, alpha)
         if tr_ema is not None:
-            tr = ts.trials
-            scored = ts.episode_done & (tr.num_ego > 0)
+            tr = info.trials
+            scored = info.episode_done & (tr.num_ego > 0)
             score = tr.ego_reached / jnp.maximum(tr.num_ego, 1)[:, None]
             tr_ema = ema.update(tr_ema, scored,
                                 {f"trial_{k}_score": score[:, k]
@@ -296,7 +301,7 @@ class PPO:
         obs = jax.tree.map(_rows, ts.obs)
         first, removed = (_rows(x) for x in policy_inputs(ts))
         boot, _ = self.policy.step(state.params, state.cache, obs, first, removed)
-        next_valid = _rows(ts.active & ts.ego)
+        next_valid = _rows(ts.active & state.env_state.ego)
         stop = bootstrap_stop(traj.terminated, traj.truncated, traj.valid, next_valid)
         advantages, returns = gae(traj.reward, traj.value, boot.value, stop, t.gamma,
                                   t.gae_lambda)
@@ -335,15 +340,12 @@ class PPO:
             "rollout/agent_episodes": completed.astype(jnp.float32),
         }
         emitted = ema.emit(state.episode_ema)
-        for name in EPISODE_METRICS:
+        for name in report_names(self.env.metrics):
             out[f"train/{name}"] = emitted[name]
         out["train/agents_with_episodes"] = emitted["slots_with_data"]
         if state.trial_ema is not None:
             trials = ema.emit(state.trial_ema)
-            k_trials = self.env.config.num_trials
-            for k in range(k_trials):
-                out[f"train/trial_{k}_score"] = trials[f"trial_{k}_score"]
-            for k in range(1, k_trials):
-                out[f"train/ada_delta_trial_{k}_minus_0"] = (
-                    trials[f"trial_{k}_score"] - trials["trial_0_score"])
+            scores = [trials[f"trial_{k}_score"] for k in range(self.env.config.num_trials)]
+            for name, value in adaptation_metrics(scores).items():
+                out[f"train/{name}"] = value
         return out

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.env import Env, EnvParams, episode_steps
+from jaxdrive.eval.manager import EvalManager
+from jaxdrive.eval.suite import load_suite_file
 from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
@@ -166,183 +168,214 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
 
     ``run_dir`` must exist; a fresh run saves ``config.yaml`` there first.
     """
-    # Imported here so that build_env (benchmarks) does not need orbax.
+    return _Run(config, Path(run_dir), resume, quiet).loop()
 
-    log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
-    run_dir = Path(run_dir)
-    if not resume:
-        save_config(config, run_dir / "config.yaml")
-    t = config.train
-    t0 = time.perf_counter()
-    ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
-                        best_metric=BEST_METRIC)
-    scenes = None
-    if config.data.path:
-        env = Env(config.env)
-        done = int(ckpt.restore_raw(which="last")[1]["iteration"]) if resume else 0
-        scenes = SceneStream(config, env, done)
-        env_params = scenes.params
-    else:
-        env, env_params = build_env(config, t.seed, t.num_scenes)
-    validator = make_validator(config) if config.validation.every else None
-    co_players = []
-    for path in t.co_players:
-        loaded = load_policy(path)
-        co_players.append((loaded.policy, loaded.params))
-    if env.config.co_player_fraction > 0 and not co_players:
-        log("note: env.co_player_fraction > 0 and no train.co_players: co-players act "
-            "with the learner's current parameters (never trained on).")
-    policy = Policy.for_env(config.policy, env)
-    ppo = PPO(config, env, policy, co_players)
-    state = ppo.init(jax.random.key(t.seed + 1), env_params)
-    start_it, wandb_id = 0, None
-    if resume:
-        state, meta = ckpt.restore(state)
-        state = jax.tree.map(_uncommitted, state)
-        start_it, wandb_id = int(meta["iteration"]), meta.get("wandb_id")
-        log(f"resumed from iteration {start_it} ({start_it * config.steps_per_iteration:,} "
-            "agent-steps)")
-    per_it = config.steps_per_iteration
-    n_it = config.num_iterations
-    if scenes is not None and scenes.restart_due(start_it):
-        state = scenes.restart(ppo, state)
-    num_scenes = t.num_scenes if scenes is None else scenes.describe()
-    log(f"jaxdrive.train: {num_scenes} training scenes, {t.num_envs} envs x "
-        f"{ppo.num_agents} agent slots, policy {config.policy.kind} "
-        f"({param_count(state.params):,} params), {n_it} iterations of {per_it:,} "
-        f"agent-steps, backend {jax.default_backend()}; setup {time.perf_counter() - t0:.1f} s")
-    log(f"run directory: {run_dir}")
 
-    step_fn = jax.jit(ppo.train_step, donate_argnums=0)
-    wandb = _wandb_writer(config, run_dir, wandb_id)
-    console = None if quiet else ConsoleProgress(n_it * per_it, start_it * per_it,
-                                                 keys=CONSOLE_KEYS)
-    writers = Writers(JsonlWriter(run_dir / "metrics.jsonl", resume_step=start_it * per_it),
-                      console, wandb)
-    last: dict = {}
-    saved_it = start_it if resume else -1
+class _Run:
+    """One training run's host side: setup, the loop, and what runs between steps."""
 
-    def save(it: int, metrics: dict) -> None:
-        nonlocal saved_it
-        if it == saved_it:
+    def __init__(self, config: RunConfig, run_dir: Path, resume: bool, quiet: bool):
+        self.config, self.run_dir, self.resume, self.quiet = config, run_dir, resume, quiet
+        self.log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+        if not resume:
+            save_config(config, run_dir / "config.yaml")
+        self.t0 = time.perf_counter()
+        self.ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
+                                 best_metric=BEST_METRIC)
+        self._build()
+        self.start_it, wandb_id = 0, None
+        if resume:
+            state, meta = self.ckpt.restore(self.state)
+            self.state = jax.tree.map(_uncommitted, state)
+            self.start_it, wandb_id = int(meta["iteration"]), meta.get("wandb_id")
+            self.log(f"resumed from iteration {self.start_it} "
+                     f"({self.start_it * config.steps_per_iteration:,} agent-steps)")
+        self.per_it = config.steps_per_iteration
+        self.n_it = config.num_iterations
+        if self.scenes is not None and self.scenes.restart_due(self.start_it):
+            self.state = self.scenes.restart(self.ppo, self.state)
+        self._announce()
+        self.step_fn = jax.jit(self.ppo.train_step, donate_argnums=0)
+        self.wandb = _wandb_writer(config, run_dir, wandb_id)
+        self.console = None if quiet else ConsoleProgress(
+            self.n_it * self.per_it, self.start_it * self.per_it, keys=CONSOLE_KEYS)
+        self.writers = Writers(JsonlWriter(run_dir / "metrics.jsonl",
+                                           resume_step=self.start_it * self.per_it),
+                               self.console, self.wandb)
+        self.saved_it = self.start_it if resume else -1
+        self._build_extras()
+
+    def _build(self) -> None:
+        """Env, scene source, validator, co-players, policy, PPO and its initial state."""
+        config, t = self.config, self.config.train
+        self.scenes = None
+        if config.data.path:
+            self.env = Env(config.env)
+            done = (int(self.ckpt.restore_raw(which="last")[1]["iteration"]) if self.resume
+                    else 0)
+            self.scenes = SceneStream(config, self.env, done)
+            self.env_params = self.scenes.params
+        else:
+            self.env, self.env_params = build_env(config, t.seed, t.num_scenes)
+        self.validator = make_validator(config) if config.validation.every else None
+        co_players = []
+        for path in t.co_players:
+            loaded = load_policy(path)
+            co_players.append((loaded.policy, loaded.params))
+        if self.env.config.co_player_fraction > 0 and not co_players:
+            self.log("note: env.co_player_fraction > 0 and no train.co_players: co-players "
+                     "act with the learner's current parameters (never trained on).")
+        self.policy = Policy.for_env(config.policy, self.env)
+        self.ppo = PPO(config, self.env, self.policy, co_players)
+        self.state = self.ppo.init(jax.random.key(t.seed + 1), self.env_params)
+
+    def _announce(self) -> None:
+        t = self.config.train
+        num_scenes = t.num_scenes if self.scenes is None else self.scenes.describe()
+        self.log(f"jaxdrive.train: {num_scenes} training scenes, {t.num_envs} envs x "
+                 f"{self.ppo.num_agents} agent slots, policy {self.config.policy.kind} "
+                 f"({param_count(self.state.params):,} params), {self.n_it} iterations of "
+                 f"{self.per_it:,} agent-steps, backend {jax.default_backend()}; setup "
+                 f"{time.perf_counter() - self.t0:.1f} s")
+        self.log(f"run directory: {self.run_dir}")
+
+    def _build_extras(self) -> None:
+        """The video recorder and the evaluation manager, when configured."""
+        config = self.config
+        self.recorder = None
+        if config.video.every:
+            self.recorder = Recorder(self.env, policy_actor(self.env, self.policy),
+                                     config.video)
+            _, self.video_params = build_env(config, config.validation.seed,
+                                             config.video.num_envs)
+        self.evals = None
+        if config.evaluation.suite_file:
+            specs = load_suite_file(config.evaluation.suite_file, config.evaluation.suite,
+                                    base_env=config.env, base_procedural=config.procedural)
+            self.evals = EvalManager(specs, self.policy, self.run_dir,
+                                     suite_file=config.evaluation.suite_file, log=self.log)
+
+    def save(self, it: int, metrics: dict) -> None:
+        if it == self.saved_it:
             return
-        meta = {"iteration": it, "step": it * per_it, "config": config.to_dict(),
-                "wandb_id": None if wandb is None else wandb.run_id}
+        meta = {"iteration": it, "step": it * self.per_it, "config": self.config.to_dict(),
+                "wandb_id": None if self.wandb is None else self.wandb.run_id}
         if BEST_METRIC in metrics:
             meta[BEST_METRIC] = metrics[BEST_METRIC]
-        ckpt.save(it, state, meta)
-        saved_it = it
+        self.ckpt.save(it, self.state, meta)
+        self.saved_it = it
 
-    recorder = None
-    if config.video.every:
-        recorder = Recorder(env, policy_actor(env, policy), config.video)
-        _, video_params = build_env(config, config.validation.seed, config.video.num_envs)
-
-    def run_video(it: int, metrics: dict) -> None:
+    def run_video(self, it: int, metrics: dict) -> None:
         """Record the videos of iteration ``it`` and log them to wandb."""
         tv = time.perf_counter()
-        frames = config.video.num_steps or episode_steps(env)
-        ids = np.arange(config.video.num_envs, dtype=np.int32)
-        with VideoSink(recorder, run_dir / "videos", "train", it * per_it) as sink:
-            record(recorder, state.params, video_params, ids, frames, sink,
+        frames = self.config.video.num_steps or episode_steps(self.env)
+        ids = np.arange(self.config.video.num_envs, dtype=np.int32)
+        with VideoSink(self.recorder, self.run_dir / "videos", "train",
+                       it * self.per_it) as sink:
+            record(self.recorder, self.state.params, self.video_params, ids, frames, sink,
                    jax.random.key(it))
         metrics["time/video_s"] = time.perf_counter() - tv
-        if wandb is not None:
+        if self.wandb is not None:
             for (env_index, view), path in sink.paths.items():
-                wandb.log_video(f"train/render/{view}/env{env_index}", path, it * per_it)
+                self.wandb.log_video(f"train/render/{view}/env{env_index}", path,
+                                     it * self.per_it)
 
-    evals = None
-    if config.evaluation.suite_file:
-        from jaxdrive.eval.manager import EvalManager
-        from jaxdrive.eval.suite import load_suite_file
-
-        specs = load_suite_file(config.evaluation.suite_file, config.evaluation.suite,
-                                base_env=config.env, base_procedural=config.procedural)
-        evals = EvalManager(specs, policy, run_dir, suite_file=config.evaluation.suite_file,
-                            log=log)
-
-    def run_evals(it: int, metrics: dict, final: bool) -> None:
-        if evals.needs_checkpoint(it, final):
-            save(it, metrics)
-        results, videos = evals.run(it, it * per_it, state.params, final=final)
+    def run_evals(self, it: int, metrics: dict, final: bool) -> None:
+        if self.evals.needs_checkpoint(it, final):
+            self.save(it, metrics)
+        results, videos = self.evals.run(it, it * self.per_it, self.state.params,
+                                         final=final)
         metrics.update(results)
-        if wandb is not None:
+        if self.wandb is not None:
             for key, path in videos:
-                wandb.log_video(key, path, it * per_it)
+                self.wandb.log_video(key, path, it * self.per_it)
 
-    def run_validation(metrics: dict) -> None:
+    def run_validation(self, metrics: dict) -> None:
         tv = time.perf_counter()
-        result = validator.run(policy, state.params)
+        result = self.validator.run(self.policy, self.state.params)
         if result.status != "ok":
             raise RuntimeError(f"validation failed: {result.error}")
         metrics.update({f"val/{k}": v for k, v in result.metrics.items()})
         metrics["time/validation_s"] = time.perf_counter() - tv
 
-    it = start_it
-    window_steps, window_s, window_valid = 0, 0.0, 0.0
-    compile_s = None
-    try:
-        with _StopFlag() as stop:
-            while it < n_it and not stop.requested:
-                if scenes is not None and it > start_it and scenes.swap_due(it):
-                    env_params = scenes.next_params()
-                    state = scenes.restart(ppo, state)
-                tic = time.perf_counter()
-                state, metrics = step_fn(state, env_params)
-                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                dt = time.perf_counter() - tic
-                it += 1
-                if compile_s is None:
-                    compile_s = dt
-                    metrics["time/compile_s"] = dt
-                else:
-                    window_steps += per_it
-                    window_s += dt
-                    window_valid += metrics["rollout/valid_steps"]
-                final = it == n_it or stop.requested
-                val_due = validator is not None and (it % config.validation.every == 0
-                                                     or final)
-                video_due = recorder is not None and (it % config.video.every == 0
-                                                      or it == n_it)
-                if val_due:
-                    run_validation(metrics)
-                if video_due:
-                    run_video(it, metrics)
-                eval_due = evals is not None and (bool(evals.due(it, it == n_it))
-                                                  or evals.pending > 0)
-                if eval_due:
-                    run_evals(it, metrics, final=it == n_it)
-                log_due = (it % config.logging.every == 0 or final or val_due or video_due
-                           or eval_due)
-                if log_due:
-                    if window_s > 0:
-                        metrics["sps"] = window_steps / window_s
-                        metrics["sps_valid"] = window_valid / window_s
-                    else:  # only the first (compiling) iteration so far
-                        metrics["sps"] = per_it / dt
-                        metrics["sps_valid"] = metrics["rollout/valid_steps"] / dt
-                    metrics["iteration"] = it
-                    if scenes is not None:
-                        metrics["data/pool_index"] = scenes.pool_index
-                        metrics["time/data_wait_s"] = scenes.wait_seconds
-                    metrics["time/elapsed_s"] = time.perf_counter() - t0
-                    writers.write(it * per_it, metrics)
-                    window_steps, window_s, window_valid = 0, 0.0, 0.0
-                    last = dict(metrics, step=it * per_it)
-                ckpt_every = config.checkpoint.every
-                if final or (ckpt_every and it % ckpt_every == 0):
-                    save(it, metrics)
-            if stop.requested:
-                save(it, last)
-            if stop.requested and console is not None:
-                console.message(f"stopped at iteration {it}; checkpoint saved in "
-                                f"{run_dir / 'checkpoints'}; continue with --resume {run_dir}")
-    finally:
-        writers.close()
-        ckpt.close()
-        if scenes is not None:
-            scenes.close()
-    return last
+    def _between_steps(self, it: int, metrics: dict, final: bool) -> bool:
+        """Validation, videos and evaluations due after iteration ``it``; whether any ran
+        (the metrics are then logged whatever ``logging.every`` says)."""
+        config = self.config
+        val_due = self.validator is not None and (it % config.validation.every == 0 or final)
+        video_due = self.recorder is not None and (it % config.video.every == 0
+                                                   or it == self.n_it)
+        if val_due:
+            self.run_validation(metrics)
+        if video_due:
+            self.run_video(it, metrics)
+        eval_due = self.evals is not None and (bool(self.evals.due(it, it == self.n_it))
+                                               or self.evals.pending > 0)
+        if eval_due:
+            self.run_evals(it, metrics, final=it == self.n_it)
+        return val_due or video_due or eval_due
+
+    def loop(self) -> dict:
+        """Iterate until ``num_iterations`` or Ctrl-C; log, evaluate and checkpoint."""
+        config, per_it = self.config, self.per_it
+        last: dict = {}
+        it = self.start_it
+        window_steps, window_s, window_valid = 0, 0.0, 0.0
+        compile_s = None
+        try:
+            with _StopFlag() as stop:
+                while it < self.n_it and not stop.requested:
+                    if self.scenes is not None and it > self.start_it and \
+                            self.scenes.swap_due(it):
+                        self.env_params = self.scenes.next_params()
+                        self.state = self.scenes.restart(self.ppo, self.state)
+                    tic = time.perf_counter()
+                    self.state, metrics = self.step_fn(self.state, self.env_params)
+                    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                    dt = time.perf_counter() - tic
+                    it += 1
+                    if compile_s is None:
+                        compile_s = dt
+                        metrics["time/compile_s"] = dt
+                    else:
+                        window_steps += per_it
+                        window_s += dt
+                        window_valid += metrics["rollout/valid_steps"]
+                    final = it == self.n_it or stop.requested
+                    extra_due = self._between_steps(it, metrics, final)
+                    if it % config.logging.every == 0 or final or extra_due:
+                        if window_s > 0:
+                            metrics["sps"] = window_steps / window_s
+                            metrics["sps_valid"] = window_valid / window_s
+                        else:  # only the first (compiling) iteration so far
+                            metrics["sps"] = per_it / dt
+                            metrics["sps_valid"] = metrics["rollout/valid_steps"] / dt
+                        self._write(it, metrics)
+                        window_steps, window_s, window_valid = 0, 0.0, 0.0
+                        last = dict(metrics, step=it * per_it)
+                    ckpt_every = config.checkpoint.every
+                    if final or (ckpt_every and it % ckpt_every == 0):
+                        self.save(it, metrics)
+                if stop.requested:
+                    self.save(it, last)
+                if stop.requested and self.console is not None:
+                    self.console.message(
+                        f"stopped at iteration {it}; checkpoint saved in "
+                        f"{self.run_dir / 'checkpoints'}; continue with --resume {self.run_dir}")
+        finally:
+            self.writers.close()
+            self.ckpt.close()
+            if self.scenes is not None:
+                self.scenes.close()
+        return last
+
+    def _write(self, it: int, metrics: dict) -> None:
+        metrics["iteration"] = it
+        if self.scenes is not None:
+            metrics["data/pool_index"] = self.scenes.pool_index
+            metrics["time/data_wait_s"] = self.scenes.wait_seconds
+        metrics["time/elapsed_s"] = time.perf_counter() - self.t0
+        self.writers.write(it * self.per_it, metrics)
 
 
 def summary_lines(metrics: dict, run_dir: Path) -> list[str]:

@@ -1,0 +1,67 @@
+"""A run directory read back: its resolved config and its policy (``load_policy``).
+
+Sits below both ``train`` (which writes run directories) and ``eval`` (which reads
+them), so that evaluation never imports the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from jaxdrive.config import merge
+from jaxdrive.env import Env
+from jaxdrive.models.policy import Policy
+from jaxdrive.runs.checkpoint import Checkpointer, find_checkpoints
+from jaxdrive.runs.config import RunConfig
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    with open(path, "w") as f:
+        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+
+
+def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunConfig:
+    """The resolved ``config.yaml`` of a run directory (with ``overrides`` on top)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: '{run_dir}' is not a jaxdrive run "
+                                "directory (it should hold config.yaml and checkpoints/).")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    return RunConfig.from_dict(merge(data, overrides or {}))
+
+
+@dataclass
+class LoadedPolicy:
+    """A trained policy rebuilt from a run directory."""
+
+    policy: Policy
+    params: object
+    config: RunConfig
+    step: int
+    run_dir: Path
+
+
+def load_policy(run_dir: str | Path, which: str = "best") -> LoadedPolicy:
+    """Rebuild the policy of a run from its saved config and a checkpoint.
+
+    Args:
+      run_dir: a run directory (or its ``checkpoints/``).
+      which: ``best`` (by validation goal rate; falls back to ``last`` when the run has
+        no best checkpoint) or ``last``.
+    """
+    ckpt_dir = find_checkpoints(run_dir)
+    config = read_run_config(ckpt_dir.parent)
+    policy = Policy.for_env(config.policy, Env(config.env))
+    ckpt = Checkpointer(ckpt_dir)
+    try:
+        if which == "best" and ckpt.latest_step("best") is None:
+            which = "last"
+        raw, meta = ckpt.restore_raw(which=which)
+    finally:
+        ckpt.close()
+    return LoadedPolicy(policy=policy, params=raw["params"], config=config,
+                        step=int(meta.get("step", 0)), run_dir=ckpt_dir.parent)
