@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -51,7 +52,9 @@ def build(
     return env, env.make_params(pool), proc_cfg
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, int]:
+    """Command-line arguments and the number of parallel envs; exits (code 2) on bad
+    counts."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.simulate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenes", type=int, default=256, help="procedural scenarios in the pool")
@@ -72,20 +75,22 @@ def main(argv: list[str] | None = None) -> int:
     num_envs = args.envs or args.scenes
     if num_envs < 1:
         p.error("--envs must be >= 1")
-    try:
-        config = load_config(args.config, parse_overrides(args.overrides))
-        t0 = time.perf_counter()
-        env, params, _ = build(args.scenes, config, args.seed)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    jax.block_until_ready(params)
-    t_build = time.perf_counter() - t0
-    a = env.config.scenario.max_agents
-    print(f"jaxdrive.simulate: {args.scenes} procedural scenes built in {t_build:.1f} s; "
-          f"{num_envs} envs x {a} agent slots, {args.steps} steps, controller "
-          f"'{args.controller}', backend {jax.default_backend()}")
+    return args, num_envs
 
+
+class _RunResult(NamedTuple):
+    """What ``_run`` measured."""
+
+    stats: RolloutStats
+    n_valid: int  # controlled agents at the start
+    compile_s: float  # s, the first chunk (includes compilation)
+    run_s: float  # s, the later chunks
+    t_start: float  # perf_counter after the reset
+
+
+def _run(env: Env, params, args: argparse.Namespace, num_envs: int) -> _RunResult:
+    """Reset ``num_envs`` envs and roll them out ``args.steps`` steps in compiled chunks,
+    printing progress after each chunk."""
     controller = CONTROLLERS[args.controller](env)
     chunk = min(args.chunk, args.steps)
     rollout = jax.jit(make_rollout(env, controller, chunk), donate_argnums=(1, 2, 3))
@@ -117,16 +122,28 @@ def main(argv: list[str] | None = None) -> int:
         rate = "" if run_s == 0 else f", {(done_steps - chunk) * num_envs / run_s:,.0f} env-steps/s"
         print(f"  step {done_steps:>6}/{args.steps}: {summary['agent_episodes']} agent-episodes"
               f", goal {summary['goal_rate']:.3f}{rate}", flush=True)
+    return _RunResult(stats, n_valid, compile_s, run_s, t_start)
 
-    summary = jax.device_get(stats).rates()
-    timed_steps = args.steps - chunk
+
+def _summary(env: Env, args: argparse.Namespace, num_envs: int, run: _RunResult) -> dict:
+    """The final rates plus run sizes and timings (the ``--json`` fields)."""
+    a = env.config.scenario.max_agents
+    summary = jax.device_get(run.stats).rates()
+    timed_steps = args.steps - min(args.chunk, args.steps)
+    run_s = run.run_s
     env_sps = timed_steps * num_envs / run_s if run_s > 0 else float("nan")
     summary.update(
         controller=args.controller, scenes=args.scenes, envs=num_envs, steps=args.steps,
-        controlled_agents_at_start=n_valid, agent_slots=a, compile_s=compile_s,
+        controlled_agents_at_start=run.n_valid, agent_slots=a, compile_s=run.compile_s,
         env_steps_per_s=env_sps, agent_steps_per_s=env_sps * a,
-        wall_s=time.perf_counter() - t_start,
+        wall_s=time.perf_counter() - run.t_start,
     )
+    return summary
+
+
+def _print_summary(summary: dict, num_trials: int, run_s: float) -> None:
+    """The human-readable report of ``_summary``'s fields."""
+    a, env_sps = summary["agent_slots"], summary["env_steps_per_s"]
     print()
     print(f"agent-episodes completed : {summary['agent_episodes']} "
           f"({summary['env_episodes']} env episodes)")
@@ -138,23 +155,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"co-player goal rate      : {summary['co_player_goal_rate']:.3f} "
               f"({summary['co_player_agent_episodes']} co-player agent-episodes)")
     if "trial_0_score" in summary:
-        k_trials = env.config.num_trials
-        scores = "  ".join(f"{summary[f'trial_{k}_score']:.3f}" for k in range(k_trials))
+        scores = "  ".join(f"{summary[f'trial_{k}_score']:.3f}" for k in range(num_trials))
         print(f"trial scores (ego)       : {scores}")
-        if k_trials > 1:
+        if num_trials > 1:
             print(f"adaptation delta K-1 - 0 : "
-                  f"{summary[f'ada_delta_trial_{k_trials - 1}_minus_0']:+.3f}")
+                  f"{summary[f'ada_delta_trial_{num_trials - 1}_minus_0']:+.3f}")
         print(f"trials per episode       : {summary['trials_completed']:.2f} completed, "
               f"{summary['trials_goal_reached']:.2f} all goals reached, "
               f"{summary['trials_timed_out']:.2f} timed out; mean trial length "
               f"{summary['trial_mean_length']:.1f} steps")
-    print(f"compile (first chunk)    : {compile_s:.1f} s")
+    print(f"compile (first chunk)    : {summary['compile_s']:.1f} s")
     if run_s > 0:
         print(f"steps/s                  : {env_sps:,.0f} env-steps/s = "
               f"{env_sps * a:,.0f} agent-steps/s ({a} agent slots per env)")
     else:
         print("steps/s                  : n/a (raise --steps above --chunk to time a chunk "
               "after compilation)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jaxdrive.simulate``: 0 on success, 2 on a config error."""
+    args, num_envs = _parse_args(argv)
+    try:
+        config = load_config(args.config, parse_overrides(args.overrides))
+        t0 = time.perf_counter()
+        env, params, _ = build(args.scenes, config, args.seed)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    jax.block_until_ready(params)
+    t_build = time.perf_counter() - t0
+    print(f"jaxdrive.simulate: {args.scenes} procedural scenes built in {t_build:.1f} s; "
+          f"{num_envs} envs x {env.config.scenario.max_agents} agent slots, {args.steps} "
+          f"steps, controller '{args.controller}', backend {jax.default_backend()}")
+    run = _run(env, params, args, num_envs)
+    summary = _summary(env, args, num_envs, run)
+    _print_summary(summary, env.config.num_trials, run.run_s)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -70,6 +70,7 @@ import dataclasses
 import functools
 import itertools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -631,58 +632,105 @@ def _interp_route(pts, cum, s):
     return xy, yaw
 
 
-def generate_with_info(
-    key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig
-) -> tuple[Scenario, ProceduralInfo]:
-    """Like ``generate``, also returning what was sampled.
+def _lerp(x, lo, hi):
+    """Uniform draw(s) ``x`` in [0, 1) mapped onto [lo, hi) (same shape as ``x``)."""
+    return lo + x * (hi - lo)
+
+
+def _randint(x, lo, hi):
+    """() uniform ``x`` in [0, 1) -> () float integer in [lo, hi] (cast by the caller)."""
+    return jnp.minimum(lo + jnp.floor(x * (hi - lo + 1)), hi)
+
+
+# The scalar draws of one scene, in their slots of the "scene" piece (12 slots, 2 spare).
+_SCENE_DRAWS = (
+    "topology",
+    "lanes",
+    "lane_width",
+    "curve_turn",
+    "rotation",
+    "curve_radius",
+    "corner_radius",
+    "offset_x",
+    "offset_y",
+    "num_agents",
+)
+
+
+def _scene_draw(draws: dict, name: str) -> jax.Array:
+    """() float32: the uniform of the named scalar draw (see ``_SCENE_DRAWS``)."""
+    return jax.lax.index_in_dim(draws["scene"], _SCENE_DRAWS.index(name), keepdims=False)
+
+
+def _draw_uniforms(key: jax.Array, lay: _Layout, num_agents: int) -> dict:
+    """Every uniform draw of one scene, from one ``jax.random.uniform`` call.
+
+    One draw carved into pieces: far less code to compile than many draws.
 
     Returns:
-      (Scenario, ProceduralInfo); see ``ProceduralInfo`` for the (A,)-shaped per-agent
-      fields (spawn lane, route lane ids, speed, goal distance).
+      dict of float32 pieces: ``scene`` (12,) scalar draws (see ``_scene_draw``),
+      ``jitter`` (N,), ``pick`` (N * n_max,), ``prio``, ``speed`` and ``goal``
+      (n_arm_lanes * k_slots,), ``sdc``, ``length`` and ``width`` (A,).
     """
-    check_fits(config, scenario_config)
-    lay = _layout(config)
-    cfg, scfg = config, scenario_config
-    A, T, R = scfg.max_agents, scfg.num_steps, scfg.max_road_points
-    L, S, TL = scfg.max_lanes, scfg.max_lane_successors, scfg.max_traffic_lights
-    N, nm, K = lay.num_slots, lay.n_max, lay.k_arm
-    f32, i32 = jnp.float32, jnp.int32
-    # One uniform draw carved into pieces: far less code to compile than many draws.
+    N, nm = lay.num_slots, lay.n_max
     sizes = {
         "scene": 12,
         "jitter": N,
         "pick": N * nm,
         "prio": lay.n_arm_lanes * lay.k_slots,
-        "sdc": A,
+        "sdc": num_agents,
         "speed": lay.k_slots * lay.n_arm_lanes,
         "goal": lay.k_slots * lay.n_arm_lanes,
-        "length": A,
-        "width": A,
+        "length": num_agents,
+        "width": num_agents,
     }
-    flat = jax.random.uniform(key, (sum(sizes.values()),), f32)
+    flat = jax.random.uniform(key, (sum(sizes.values()),), jnp.float32)
     draws, start = {}, 0
     for name, size in sizes.items():
         draws[name], start = flat[start : start + size], start + size
-    scene = iter(draws["scene"])
-    lerp = lambda x, lo, hi: lo + x * (hi - lo)
-    uni = lambda lo, hi: lerp(next(scene), lo, hi)
-    randint = lambda lo, hi: jnp.minimum(lo + jnp.floor(next(scene) * (hi - lo + 1)), hi)
+    return draws
 
-    # --- scene parameters
+
+class _Scene(NamedTuple):
+    """Sampled scene parameters and arm frames (N arm slots, nm = n_max lanes)."""
+
+    topo: jax.Array  # () int32, index into TOPOLOGIES
+    n: jax.Array  # () int32, lanes per direction
+    w: jax.Array  # () float32, lane width
+    n_arms: jax.Array  # () int32
+    h: jax.Array  # () float32, road half-width n * w
+    offset: jax.Array  # (2,) float32, world shift of the scene
+    u: jax.Array  # (N, 2) arm directions
+    nrm: jax.Array  # (N, 2) arm left normals
+    r_j: jax.Array  # () junction radius
+    arm_on: jax.Array  # (N,) bool
+    k_idx: jax.Array  # (nm,) int32 lane index from the arm axis
+    y: jax.Array  # (nm,) lateral lane-centre offsets
+    lane_on: jax.Array  # (N, 2, nm) bool arm lanes present (direction 0 out, 1 in)
+
+
+def _sample_scene(cfg: ProceduralConfig, lay: _Layout, draws: dict) -> _Scene:
+    """Topology, lanes, width, arm angles, radii and offset from the scene draws."""
+    N, nm = lay.num_slots, lay.n_max
+    f32, i32 = jnp.float32, jnp.int32
+    draw = lambda name: _scene_draw(draws, name)
+    uni = lambda name, lo, hi: _lerp(draw(name), lo, hi)
+
     cum_w = np.cumsum(cfg.topology.as_tuple()) / sum(cfg.topology.as_tuple())
-    topo = jnp.sum(next(scene) >= jnp.asarray(cum_w[:-1], f32)).astype(i32)
+    topo = jnp.sum(draw("topology") >= jnp.asarray(cum_w[:-1], f32)).astype(i32)
     n_lo, n_hi = cfg.lanes_per_direction
-    n = randint(n_lo, n_hi).astype(i32)
-    w = uni(*cfg.lane_width)
+    n = _randint(draw("lanes"), n_lo, n_hi).astype(i32)
+    w = uni("lane_width", *cfg.lane_width)
     n_arms = jnp.asarray(NUM_ARMS, i32)[topo]
-    turn = jnp.deg2rad(uni(*cfg.curve_turn))
-    jit_deg = lerp(draws["jitter"], -cfg.angle_jitter, cfg.angle_jitter) * (topo >= 2)
-    psi = uni(0.0, 2 * np.pi)
+    turn = jnp.deg2rad(uni("curve_turn", *cfg.curve_turn))
+    jit_deg = _lerp(draws["jitter"], -cfg.angle_jitter, cfg.angle_jitter) * (topo >= 2)
+    psi = uni("rotation", 0.0, 2 * np.pi)
     theta = _base_angles(jnp, turn)[topo, :N] + jnp.deg2rad(jit_deg) + psi
-    rho_curve, rho_corner = uni(*cfg.curve_radius), uni(*cfg.corner_radius)
+    rho_curve = uni("curve_radius", *cfg.curve_radius)
+    rho_corner = uni("corner_radius", *cfg.corner_radius)
     rho = jnp.where(topo == 1, rho_curve, rho_corner)
     h = n * w
-    offset = jnp.stack([uni(-cfg.max_offset, cfg.max_offset) for _ in range(2)])
+    offset = jnp.stack([uni(f"offset_{c}", -cfg.max_offset, cfg.max_offset) for c in "xy"])
     u, nrm = _frames(jnp, theta)
     r_j = _junction_radius(jnp, theta, n_arms, h, rho)
     arm_on = jnp.arange(N) < n_arms
@@ -690,86 +738,173 @@ def generate_with_info(
     y = (k_idx + 0.5) * w
     lane_on = arm_on[:, None, None] & (k_idx < n)[None, None, :]  # (N, 2, nm)
     lane_on = jnp.broadcast_to(lane_on, (N, 2, nm))
+    return _Scene(
+        topo=topo,
+        n=n,
+        w=w,
+        n_arms=n_arms,
+        h=h,
+        offset=offset,
+        u=u,
+        nrm=nrm,
+        r_j=r_j,
+        arm_on=arm_on,
+        k_idx=k_idx,
+        y=y,
+        lane_on=lane_on,
+    )
 
-    # --- polylines (local frame; the offset is added at the end)
-    s_out = r_j + jnp.linspace(0.0, cfg.arm_length, K)
+
+class _ArmLanes(NamedTuple):
+    """Straight arm lanes in the local frame (K = k_arm points each)."""
+
+    s_out: jax.Array  # (K,) distance from the hub, outward
+    s_in: jax.Array  # (K,) the same, inward
+    ua: jax.Array  # (N, 1, 1, 2) arm directions, broadcastable
+    na: jax.Array  # (N, 1, 1, 2) arm normals, broadcastable
+    lane_out: jax.Array  # (N, nm, K, 2) outgoing lanes
+    pts: jax.Array  # (N, 2, nm, K, 2) outgoing and incoming lanes
+
+
+def _arm_lanes(cfg: ProceduralConfig, lay: _Layout, sc: _Scene) -> _ArmLanes:
+    """Lane-centre polylines of every arm lane slot (local frame, no offset)."""
+    s_out = sc.r_j + jnp.linspace(0.0, cfg.arm_length, lay.k_arm)
     s_in = s_out[::-1]
-    ua, na = u[:, None, None, :], nrm[:, None, None, :]
-    yk = y[None, :, None, None]
+    ua, na = sc.u[:, None, None, :], sc.nrm[:, None, None, :]
+    yk = sc.y[None, :, None, None]
     lane_out = s_out[None, None, :, None] * ua - yk * na  # (N, nm, K, 2)
     lane_in = s_in[None, None, :, None] * ua + yk * na
     arm_pts = jnp.stack([lane_out, lane_in], axis=1)  # (N, 2, nm, K, 2)
+    return _ArmLanes(s_out, s_in, ua, na, lane_out, arm_pts)
 
-    p0, d0, p1, d1, b_arm = _connector_ends(jnp, u, nrm, r_j, y, n_arms)
+
+class _Connectors(NamedTuple):
+    """Junction connector slots (Kc = k_conn points each)."""
+
+    pts: jax.Array  # (N, N - 1, nm, Kc, 2)
+    pt_on: jax.Array  # (N, N - 1, nm, Kc) bool, used points of each curve
+    on: jax.Array  # (N, N - 1, nm) bool, connector present
+    b_arm: jax.Array  # (N, N - 1) int32, target arm
+
+
+def _connectors(cfg: ProceduralConfig, lay: _Layout, sc: _Scene) -> _Connectors:
+    """Hermite connectors from each incoming lane to the same lane of every other arm."""
+    N = lay.num_slots
+    p0, d0, p1, d1, b_arm = _connector_ends(jnp, sc.u, sc.nrm, sc.r_j, sc.y, sc.n_arms)
     ps = cfg.point_spacing
-    cap = jnp.asarray(lay.k_conn_topo, f32)[topo]  # keeps the valid count within R
+    cap = jnp.asarray(lay.k_conn_topo, jnp.float32)[sc.topo]  # keeps the valid count within R
     conn_pts, conn_pt_on = _hermite_points(p0, d0, p1, d1, lay.k_conn, ps, cap)
     j_idx = jnp.arange(N - 1)
     conn_on = (
-        arm_on[:, None, None] & (j_idx < n_arms - 1)[None, :, None] & (k_idx < n)[None, None, :]
+        sc.arm_on[:, None, None]
+        & (j_idx < sc.n_arms - 1)[None, :, None]
+        & (sc.k_idx < sc.n)[None, None, :]
     )
+    return _Connectors(conn_pts, conn_pt_on, conn_on, b_arm)
 
-    c0, cd0, c1, cd1 = _corner_ends(jnp, u, nrm, r_j, h, n_arms)
-    cap = jnp.asarray(lay.k_corner_topo, f32)[topo]
-    corner, corner_on = _hermite_points(c0, cd0, c1, cd1, lay.k_corner, ps, cap)
-    nxt = _next_arm(jnp, n_arms, N)
-    side_a = s_in[None, :, None] * u[:, None, :] + h * nrm[:, None, :]
-    side_b = s_out[None, :, None] * u[nxt][:, None, :] - h * nrm[nxt][:, None, :]
+
+def _road_edges(cfg: ProceduralConfig, lay: _Layout, sc: _Scene, arms: _ArmLanes):
+    """Curbs between adjacent arms: (N, k_edge, 2) points and (N, k_edge) bool valid."""
+    N, K = lay.num_slots, lay.k_arm
+    u, nrm, h = sc.u, sc.nrm, sc.h
+    c0, cd0, c1, cd1 = _corner_ends(jnp, u, nrm, sc.r_j, h, sc.n_arms)
+    cap = jnp.asarray(lay.k_corner_topo, jnp.float32)[sc.topo]
+    corner, corner_on = _hermite_points(c0, cd0, c1, cd1, lay.k_corner, cfg.point_spacing, cap)
+    nxt = _next_arm(jnp, sc.n_arms, N)
+    side_a = arms.s_in[None, :, None] * u[:, None, :] + h * nrm[:, None, :]
+    side_b = arms.s_out[None, :, None] * u[nxt][:, None, :] - h * nrm[nxt][:, None, :]
     edges = jnp.concatenate([side_a[:, :-1], corner, side_b[:, 1:]], axis=1)
     ones = lambda m: jnp.ones((N, m), bool)
-    edge_on = arm_on[:, None] & jnp.concatenate([ones(K - 1), corner_on, ones(K - 1)], 1)
+    edge_on = sc.arm_on[:, None] & jnp.concatenate([ones(K - 1), corner_on, ones(K - 1)], 1)
+    return edges, edge_on
 
-    off = jnp.concatenate([jnp.zeros(1), jnp.arange(1, nm), -jnp.arange(1, nm)]) * w
+
+def _road_lines(lay: _Layout, sc: _Scene, arms: _ArmLanes):
+    """Centre line and lane dividers per arm: (N, M, K, 2) points, (N, M) bool valid."""
+    nm, n = lay.n_max, sc.n
+    off = jnp.concatenate([jnp.zeros(1), jnp.arange(1, nm), -jnp.arange(1, nm)]) * sc.w
     line_on = (
-        arm_on[:, None]
+        sc.arm_on[:, None]
         & jnp.concatenate([jnp.ones(1, bool), jnp.arange(1, nm) < n, jnp.arange(1, nm) < n])[
             None, :
         ]
     )
-    lines = s_out[None, None, :, None] * ua + off[None, :, None, None] * na  # (N, M, K, 2)
+    lines = arms.s_out[None, None, :, None] * arms.ua + off[None, :, None, None] * arms.na
+    return lines, line_on
 
-    s0 = r_j + _CROSSWALK_SETBACK
+
+def _crosswalks(sc: _Scene):
+    """Crosswalk rectangles at arm mouths: (N, 5, 2) points, (N,) bool valid."""
+    s0 = sc.r_j + _CROSSWALK_SETBACK
     s1 = s0 + _CROSSWALK_WIDTH
     cw_s = jnp.stack([s0, s1, s1, s0, s0])
-    cw_l = jnp.stack([-h, -h, h, h, -h])
-    cross = cw_s[None, :, None] * u[:, None, :] + cw_l[None, :, None] * nrm[:, None, :]
-    cross_on = arm_on & (topo >= 2)
+    cw_l = jnp.stack([-sc.h, -sc.h, sc.h, sc.h, -sc.h])
+    cross = cw_s[None, :, None] * sc.u[:, None, :] + cw_l[None, :, None] * sc.nrm[:, None, :]
+    cross_on = sc.arm_on & (sc.topo >= 2)
+    return cross, cross_on
 
-    # --- roadgraph: static layout, then valid points compacted to the front
-    lane_ids = jnp.arange(lay.n_arm_lanes + lay.n_conn, dtype=i32)
+
+def _pack_roadgraph(
+    scfg: ScenarioConfig,
+    lay: _Layout,
+    sc: _Scene,
+    arms: _ArmLanes,
+    conns: _Connectors,
+    edges,
+    lines,
+    cross,
+    lane_ids: jax.Array,
+) -> Roadgraph:
+    """All polylines laid out statically, valid points compacted to the front of (R,).
+
+    ``edges``, ``lines``, ``cross``: (points, valid) pairs from ``_road_edges``,
+    ``_road_lines``, ``_crosswalks``; ``lane_ids``: (n_arm_lanes + n_conn,) int32.
+    """
+    N, K, L = lay.num_slots, lay.k_arm, scfg.max_lanes
+    (edge_xy, edge_on), (line_xy, line_on), (cross_xy, cross_on) = edges, lines, cross
     base = L + N
     full = lambda on, k: jnp.broadcast_to(on.reshape(-1, 1), (on.size, k))
     groups = [
         _flat_polylines(
-            arm_pts.reshape(-1, K, 2),
-            full(lane_on, K),
+            arms.pts.reshape(-1, K, 2),
+            full(sc.lane_on, K),
             RoadType.LANE_CENTER,
             lane_ids[: lay.n_arm_lanes],
         ),
         _flat_polylines(
-            conn_pts.reshape(-1, lay.k_conn, 2),
-            (conn_on[..., None] & conn_pt_on).reshape(-1, lay.k_conn),
+            conns.pts.reshape(-1, lay.k_conn, 2),
+            (conns.on[..., None] & conns.pt_on).reshape(-1, lay.k_conn),
             RoadType.LANE_CENTER,
             lane_ids[lay.n_arm_lanes :],
         ),
-        _flat_polylines(edges, edge_on, RoadType.ROAD_EDGE, L + jnp.arange(N)),
+        _flat_polylines(edge_xy, edge_on, RoadType.ROAD_EDGE, L + jnp.arange(N)),
         _flat_polylines(
-            lines.reshape(-1, K, 2),
+            line_xy.reshape(-1, K, 2),
             full(line_on, K),
             RoadType.ROAD_LINE,
             base + jnp.arange(N * lay.n_lines),
         ),
         _flat_polylines(
-            cross, full(cross_on, 5), RoadType.CROSSWALK, base + N * lay.n_lines + jnp.arange(N)
+            cross_xy,
+            full(cross_on, 5),
+            RoadType.CROSSWALK,
+            base + N * lay.n_lines + jnp.arange(N),
         ),
     ]
+    return _compact_roadgraph(groups, scfg.max_road_points, sc.offset)
+
+
+def _compact_roadgraph(groups, num_points: int, offset: jax.Array) -> Roadgraph:
+    """``_flat_polylines`` groups -> Roadgraph of (R,) points, valid ones first, shifted
+    by the (2,) ``offset``; padding is zeros with id -1."""
+    R, f32, i32 = num_points, jnp.float32, jnp.int32
     rg_xy, rg_type, rg_id, rg_valid = (jnp.concatenate(x) for x in zip(*groups, strict=True))
     target = jnp.where(rg_valid, jnp.cumsum(rg_valid) - 1, R)
     put = lambda fill, x: fill.at[target].set(x, mode="drop")
     local_xy = put(jnp.zeros((R, 2), f32), rg_xy.astype(f32))
     ids = put(jnp.full((R,), -1, i32), rg_id)
     valid = put(jnp.zeros((R,), bool), rg_valid)
-    roadgraph = Roadgraph(
+    return Roadgraph(
         xy=jnp.where(valid[:, None], local_xy + offset, 0.0).astype(f32),
         dir=_polyline_dirs(local_xy, ids, valid).astype(f32),
         type=put(jnp.zeros((R,), i32), rg_type),
@@ -777,12 +912,23 @@ def generate_with_info(
         valid=valid,
     )
 
-    # --- lane graph
+
+def _lane_graph(
+    scfg: ScenarioConfig, lay: _Layout, sc: _Scene, conns: _Connectors, lane_ids: jax.Array
+):
+    """Successors: incoming lane -> its connectors -> the connector's outgoing lane.
+
+    Returns:
+      LaneGraph (L, S); conn_id (N, N - 1, nm) and out_id (N, nm) int32 lane ids.
+    """
+    N, nm, k_idx = lay.num_slots, lay.n_max, sc.k_idx
+    L, S, i32 = scfg.max_lanes, scfg.max_lane_successors, jnp.int32
+    conn_on = conns.on
     conn_id = lane_ids[lay.n_arm_lanes :].reshape(N, N - 1, nm)
     out_id = ((jnp.arange(N)[:, None] * 2) * nm + k_idx[None, :]).astype(i32)  # (N, nm)
     succ_in = jnp.where(conn_on, conn_id, -1).transpose(0, 2, 1)  # (N, nm, N-1)
     succ_arm = jnp.full((N, 2, nm, S), -1, i32).at[:, 1, :, : N - 1].set(succ_in)
-    conn_target = out_id[b_arm[:, :, None], k_idx[None, None, :]]  # (N, N-1, nm)
+    conn_target = out_id[conns.b_arm[:, :, None], k_idx[None, None, :]]  # (N, N-1, nm)
     succ_conn = (
         jnp.full((N, N - 1, nm, S), -1, i32).at[..., 0].set(jnp.where(conn_on, conn_target, -1))
     )
@@ -792,19 +938,35 @@ def generate_with_info(
         .set(jnp.concatenate([succ_arm.reshape(-1, S), succ_conn.reshape(-1, S)])),
         valid=jnp.zeros((L,), bool)
         .at[: lay.need_lanes]
-        .set(jnp.concatenate([lane_on.reshape(-1), conn_on.reshape(-1)])),
+        .set(jnp.concatenate([sc.lane_on.reshape(-1), conn_on.reshape(-1)])),
     )
+    return lanes, conn_id, out_id
 
-    # --- routes per arm lane (all vehicles of a lane share it): (N, 2, nm, P, 2)
-    pick = jnp.floor(draws["pick"].reshape(N, nm) * (n_arms - 1)).astype(i32)
-    pick = jnp.clip(pick, 0, jnp.maximum(n_arms - 2, 0))
+
+class _Routes(NamedTuple):
+    """One route per arm lane slot (all vehicles of a lane share it), P points each."""
+
+    pts: jax.Array  # (n_arm_lanes, P, 2), P = 2 K + Kc
+    cum: jax.Array  # (n_arm_lanes, P) arc length at each point
+    length: jax.Array  # (n_arm_lanes,) total arc length
+    lane_ids: jax.Array  # (n_arm_lanes, 3) int32 lanes along the route, -1 padded
+
+
+def _routes(
+    lay: _Layout, sc: _Scene, arms: _ArmLanes, conns: _Connectors, conn_id, out_id, pick_u
+) -> _Routes:
+    """Incoming lanes take a random connector (``pick_u``: (N * nm,) uniforms) and its
+    outgoing lane; outgoing lanes drive outward (their tail repeats the last point)."""
+    N, nm, K, k_idx = lay.num_slots, lay.n_max, lay.k_arm, sc.k_idx
+    pick = jnp.floor(pick_u.reshape(N, nm) * (sc.n_arms - 1)).astype(jnp.int32)
+    pick = jnp.clip(pick, 0, jnp.maximum(sc.n_arms - 2, 0))
     a_ix = jnp.arange(N)[:, None]
-    route_conn = conn_pts[a_ix, pick, k_idx[None, :]]  # (N, nm, Kc, 2)
-    route_b = b_arm[a_ix, pick]  # (N, nm)
-    route_out = arm_pts[route_b, 0, k_idx[None, :]]  # (N, nm, K, 2)
-    in_route = jnp.concatenate([arm_pts[:, 1], route_conn, route_out], axis=2)
-    tail = jnp.broadcast_to(lane_out[:, :, -1:], (N, nm, lay.k_conn + K, 2))
-    out_route = jnp.concatenate([lane_out, tail], axis=2)
+    route_conn = conns.pts[a_ix, pick, k_idx[None, :]]  # (N, nm, Kc, 2)
+    route_b = conns.b_arm[a_ix, pick]  # (N, nm)
+    route_out = arms.pts[route_b, 0, k_idx[None, :]]  # (N, nm, K, 2)
+    in_route = jnp.concatenate([arms.pts[:, 1], route_conn, route_out], axis=2)
+    tail = jnp.broadcast_to(arms.lane_out[:, :, -1:], (N, nm, lay.k_conn + K, 2))
+    out_route = jnp.concatenate([arms.lane_out, tail], axis=2)
     routes = jnp.stack([out_route, in_route], axis=1).reshape(lay.n_arm_lanes, -1, 2)
     seg = jnp.sqrt(jnp.sum(jnp.diff(routes, axis=1) ** 2, -1))
     cum = jnp.concatenate([jnp.zeros((lay.n_arm_lanes, 1)), jnp.cumsum(seg, axis=1)], axis=1)
@@ -819,16 +981,30 @@ def generate_with_info(
         ],
         axis=1,
     ).reshape(lay.n_arm_lanes, 3)
+    return _Routes(routes, cum, route_len, route_ids)
 
-    # --- spawn slots: (lanes, k_slots), lane index = arm lane id
+
+class _Spawn(NamedTuple):
+    """Which spawn slots got a vehicle (A agent slots; slot = (lane, j))."""
+
+    spawned: jax.Array  # (A,) bool
+    agent_lane: jax.Array  # (A,) arm lane index of each agent
+    agent_j: jax.Array  # (A,) slot index along that lane
+    slot_spawned: jax.Array  # (n_arm_lanes, k_slots) bool
+
+
+def _spawn(cfg: ProceduralConfig, lay: _Layout, num_agents: int, sc: _Scene, draws) -> _Spawn:
+    """Random eligible slots (``draws`` prio, sdc); the SDC, preferably on an incoming
+    lane, is swapped into agent slot 0."""
+    A = num_agents
     n_slots = lay.n_arm_lanes * lay.k_slots
-    lane_dir = (jnp.arange(lay.n_arm_lanes) // nm) % 2
-    slot_ok = lane_on.reshape(-1)[:, None] & jnp.asarray(lay.eligible)[lane_dir]
+    lane_dir = (jnp.arange(lay.n_arm_lanes) // lay.n_max) % 2
+    slot_ok = sc.lane_on.reshape(-1)[:, None] & jnp.asarray(lay.eligible)[lane_dir]
     prio = jnp.where(slot_ok.reshape(-1), draws["prio"], -1.0)
     k_top = min(A, n_slots)
     _, idx = jax.lax.top_k(prio, k_top)
     idx = jnp.concatenate([idx, jnp.full((A - k_top,), n_slots, idx.dtype)])
-    n_target = randint(*cfg.num_agents).astype(i32)
+    n_target = _randint(_scene_draw(draws, "num_agents"), *cfg.num_agents).astype(jnp.int32)
     n_spawn = jnp.minimum(jnp.minimum(n_target, jnp.sum(slot_ok)), A)
     spawned = jnp.arange(A) < n_spawn
     agent_lane = jnp.minimum(idx // lay.k_slots, lay.n_arm_lanes - 1)
@@ -845,12 +1021,23 @@ def generate_with_info(
         .set(spawned, mode="drop")
         .reshape(lay.n_arm_lanes, lay.k_slots)
     )
+    return _Spawn(spawned, agent_lane, agent_j, slot_spawned)
 
-    # --- per-lane speeds and goals, leader (largest sigma) first
+
+def _speeds_and_goals(
+    cfg: ProceduralConfig, num_steps: int, lay: _Layout, draws, route_len, sp: _Spawn
+):
+    """Per-lane speeds and goals, leader (largest sigma) first, so followers never
+    rear-end. ``route_len``: (n_arm_lanes,).
+
+    Returns:
+      speed, goal_s (arc length of the goal), sigma (arc length at spawn): (A,) each.
+    """
+    f32 = jnp.float32
     v_lo, v_hi = cfg.speed
     g_lo, g_hi = cfg.goal_distance
-    t_end = (T - 1) * cfg.dt
-    v_samp = lerp(draws["speed"], v_lo, v_hi).reshape(lay.k_slots, lay.n_arm_lanes)
+    t_end = (num_steps - 1) * cfg.dt
+    v_samp = _lerp(draws["speed"], v_lo, v_hi).reshape(lay.k_slots, lay.n_arm_lanes)
     u_goal = draws["goal"].reshape(lay.k_slots, lay.n_arm_lanes)
     goal_cap = route_len - lay.l_max / 2
 
@@ -876,54 +1063,113 @@ def generate_with_info(
         jnp.ones(lay.n_arm_lanes),
         jnp.zeros(lay.n_arm_lanes),
     )
-    xs = (slot_spawned.T, jnp.asarray(lay.sigma, f32), v_samp, u_goal)
+    xs = (sp.slot_spawned.T, jnp.asarray(lay.sigma, f32), v_samp, u_goal)
     _, (v_slot, g_slot) = jax.lax.scan(follow, init, xs, reverse=True)
-    speed = v_slot[agent_j, agent_lane]
-    goal_s = g_slot[agent_j, agent_lane]
-    sigma = jnp.asarray(lay.sigma, f32)[agent_j]
+    speed = v_slot[sp.agent_j, sp.agent_lane]
+    goal_s = g_slot[sp.agent_j, sp.agent_lane]
+    sigma = jnp.asarray(lay.sigma, f32)[sp.agent_j]
+    return speed, goal_s, sigma
 
-    # --- trajectories
+
+def _object_log(
+    cfg: ProceduralConfig,
+    scfg: ScenarioConfig,
+    sc: _Scene,
+    routes: _Routes,
+    sp: _Spawn,
+    speed,
+    goal_s,
+    sigma,
+    draws,
+) -> ObjectLog:
+    """Logged trajectories (A, T): constant ``speed`` along the route from ``sigma`` until
+    ``goal_s`` (all (A,)), then standing; box sizes from ``draws`` length/width."""
+    A, T, f32 = scfg.max_agents, scfg.num_steps, jnp.float32
+    offset, spawned, agent_lane = sc.offset, sp.spawned, sp.agent_lane
     times = jnp.arange(T, dtype=f32) * cfg.dt
     s_t = jnp.minimum(sigma[:, None] + speed[:, None] * times[None, :], goal_s[:, None])
-    xy, yaw = jax.vmap(_interp_route)(routes[agent_lane], cum[agent_lane], s_t)
-    goal_xy, _ = jax.vmap(_interp_route)(routes[agent_lane], cum[agent_lane], goal_s[:, None])
+    xy, yaw = jax.vmap(_interp_route)(routes.pts[agent_lane], routes.cum[agent_lane], s_t)
+    goal_xy, _ = jax.vmap(_interp_route)(
+        routes.pts[agent_lane], routes.cum[agent_lane], goal_s[:, None]
+    )
     xy = (xy + offset).astype(f32)
     vel0 = speed[:, None] * jnp.stack([jnp.cos(yaw[:, 0]), jnp.sin(yaw[:, 0])], -1)
     vel = jnp.concatenate([vel0[:, None], (xy[:, 1:] - xy[:, :-1]) / cfg.dt], axis=1)
     m1, m2 = spawned[:, None], spawned[:, None, None]
-    length = lerp(draws["length"], *cfg.length)
-    width = lerp(draws["width"], *cfg.width)
+    length = _lerp(draws["length"], *cfg.length)
+    width = _lerp(draws["width"], *cfg.width)
     ar = jnp.arange(A)
-    objects = ObjectLog(
+    return ObjectLog(
         xy=jnp.where(m2, xy, 0.0),
         yaw=jnp.where(m1, yaw, 0.0).astype(f32),
         vel=jnp.where(m2, vel, 0.0).astype(f32),
         valid=jnp.broadcast_to(m1, (A, T)),
         length=jnp.where(spawned, length, 0.0),
         width=jnp.where(spawned, width, 0.0),
-        type=jnp.where(spawned, int(ObjectType.VEHICLE), int(ObjectType.UNSET)).astype(i32),
+        type=jnp.where(spawned, int(ObjectType.VEHICLE), int(ObjectType.UNSET)).astype(jnp.int32),
         goal=jnp.where(spawned[:, None], goal_xy[:, 0] + offset, 0.0).astype(f32),
         is_sdc=spawned & (ar == 0),
         of_interest=spawned & (ar < 2),
         to_predict=spawned & (ar < 4),
     )
-    traffic_lights = TrafficLights(
-        lane_id=jnp.full((TL,), -1, i32),
-        stop_xy=jnp.zeros((TL, 2), f32),
-        state=jnp.zeros((TL, T), i32),
+
+
+def _no_traffic_lights(scfg: ScenarioConfig) -> TrafficLights:
+    """All TL traffic-light slots invalid: (TL,), (TL, 2), (TL, T) x2."""
+    TL, T = scfg.max_traffic_lights, scfg.num_steps
+    return TrafficLights(
+        lane_id=jnp.full((TL,), -1, jnp.int32),
+        stop_xy=jnp.zeros((TL, 2), jnp.float32),
+        state=jnp.zeros((TL, T), jnp.int32),
         valid=jnp.zeros((TL, T), bool),
     )
+
+
+def generate_with_info(
+    key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig
+) -> tuple[Scenario, ProceduralInfo]:
+    """Like ``generate``, also returning what was sampled.
+
+    Stages run in a fixed order (the order of random draws and of traced ops matters for
+    bit-identical scenes): draws, scene parameters, polylines, roadgraph, lane graph,
+    routes, spawns, speeds/goals, logged trajectories.
+
+    Returns:
+      (Scenario, ProceduralInfo); see ``ProceduralInfo`` for the (A,)-shaped per-agent
+      fields (spawn lane, route lane ids, speed, goal distance).
+    """
+    check_fits(config, scenario_config)
+    lay = _layout(config)
+    cfg, scfg = config, scenario_config
+    f32, i32 = jnp.float32, jnp.int32
+    draws = _draw_uniforms(key, lay, scfg.max_agents)
+    sc = _sample_scene(cfg, lay, draws)
+    # --- polylines (local frame; the offset is added when packing)
+    arms = _arm_lanes(cfg, lay, sc)
+    conns = _connectors(cfg, lay, sc)
+    edges = _road_edges(cfg, lay, sc, arms)
+    lines = _road_lines(lay, sc, arms)
+    cross = _crosswalks(sc)
+    lane_ids = jnp.arange(lay.n_arm_lanes + lay.n_conn, dtype=i32)
+    roadgraph = _pack_roadgraph(scfg, lay, sc, arms, conns, edges, lines, cross, lane_ids)
+    lanes, conn_id, out_id = _lane_graph(scfg, lay, sc, conns, lane_ids)
+    # --- vehicles
+    routes = _routes(lay, sc, arms, conns, conn_id, out_id, draws["pick"])
+    sp = _spawn(cfg, lay, scfg.max_agents, sc, draws)
+    speed, goal_s, sigma = _speeds_and_goals(cfg, scfg.num_steps, lay, draws, routes.length, sp)
+    objects = _object_log(cfg, scfg, sc, routes, sp, speed, goal_s, sigma, draws)
     scenario = Scenario(
-        roadgraph=roadgraph, lanes=lanes, traffic_lights=traffic_lights, objects=objects
+        roadgraph=roadgraph, lanes=lanes, traffic_lights=_no_traffic_lights(scfg), objects=objects
     )
+    spawned, agent_lane = sp.spawned, sp.agent_lane
     info = ProceduralInfo(
-        topology=topo.astype(i32),
-        num_arms=n_arms,
-        lanes_per_direction=n.astype(i32),
-        lane_width=w,
-        junction_radius=r_j.astype(f32),
+        topology=sc.topo.astype(i32),
+        num_arms=sc.n_arms,
+        lanes_per_direction=sc.n.astype(i32),
+        lane_width=sc.w,
+        junction_radius=sc.r_j.astype(f32),
         agent_lane=jnp.where(spawned, agent_lane, -1).astype(i32),
-        agent_route=jnp.where(spawned[:, None], route_ids[agent_lane], -1).astype(i32),
+        agent_route=jnp.where(spawned[:, None], routes.lane_ids[agent_lane], -1).astype(i32),
         agent_speed=jnp.where(spawned, speed, 0.0).astype(f32),
         agent_goal_distance=jnp.where(spawned, goal_s - sigma, 0.0).astype(f32),
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -166,6 +167,154 @@ def merged_edge_segments(
     return seg_ok & ~continues, xy[end_index]
 
 
+def _grid_frame(
+    xy: jax.Array, valid: jax.Array, g: int, margin: float, big: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Square G x G grid over the valid points (R, 2) plus ``margin``.
+
+    Returns:
+      origin: (2,) float32 lower-left corner; cell_size: () float32.
+    """
+    lo = jnp.min(jnp.where(valid[:, None], xy, big), axis=0)
+    hi = jnp.max(jnp.where(valid[:, None], xy, -big), axis=0)
+    any_valid = jnp.any(valid)
+    lo = jnp.where(any_valid, lo, 0.0)
+    hi = jnp.where(any_valid, hi, 0.0)
+    extent = jnp.max(hi - lo) + 2.0 * margin
+    cell_size = jnp.maximum(extent / g, 1e-3).astype(jnp.float32)
+    origin = (0.5 * (lo + hi) - 0.5 * g * cell_size).astype(jnp.float32)
+    return origin, cell_size
+
+
+def _nearest_chunks(
+    centres: jax.Array, xy: jax.Array, valid: jax.Array, size: int, k: int, big: jax.Array
+) -> jax.Array:
+    """(C, 2) centres, (R, 2) points -> (C, k) int32 ids of the chunks nearest each
+    centre (a chunk's distance: its nearest valid point's); missing ones point at the
+    trailing all-padding chunk, so lookups need no mask."""
+    r = xy.shape[0]
+    num_chunks = -(-r // size)
+    pad = num_chunks * size - r
+    d2 = (jnp.square(centres[:, 0:1] - xy[None, :, 0])
+          + jnp.square(centres[:, 1:2] - xy[None, :, 1]))  # x/y split: vectorises on CPU
+    d2 = jnp.where(valid[None, :], d2, big)
+    d2 = jnp.pad(d2, ((0, 0), (0, pad)), constant_values=big)
+    chunk_d2 = jnp.min(d2.reshape(d2.shape[0], num_chunks, size), axis=-1)
+    neg, idx = jax.lax.top_k(-chunk_d2, k)
+    return jnp.where(neg > -big, idx, num_chunks).astype(jnp.int32)
+
+
+def _chunk_points(roadgraph: Roadgraph, size: int) -> jax.Array:
+    """(R,) road points -> (5, R / S + 1, S) float32 feature-major chunks (x, y,
+    direction x, direction y, type; -1 padding, the last chunk all padding)."""
+    xy, valid = roadgraph.xy, roadgraph.valid
+    r = roadgraph.num_points
+    num_chunks = -(-r // size)
+    pad = num_chunks * size - r
+    packed = jnp.concatenate(
+        [xy, roadgraph.dir, jnp.where(valid, roadgraph.type, -1).astype(jnp.float32)[:, None]],
+        axis=-1,
+    )
+    packed = jnp.pad(packed, ((0, pad + size), (0, 0)), constant_values=-1.0)
+    return packed.reshape(num_chunks + 1, size, 5).transpose(2, 0, 1).astype(jnp.float32)
+
+
+class _Segments(NamedTuple):
+    """Candidate segments a -> b as (R,) coordinate rows (x and y kept apart: (cells, R)
+    loops over a trailing axis of size 2 do not vectorise on CPU)."""
+
+    ax: jax.Array
+    ay: jax.Array
+    bx: jax.Array
+    by: jax.Array
+    abx: jax.Array
+    aby: jax.Array
+    safe_len2: jax.Array  # squared length, 1 for degenerate segments
+    inv_len: jax.Array
+    lox: jax.Array  # bounding box
+    hix: jax.Array
+    loy: jax.Array
+    hiy: jax.Array
+
+
+def _segments(xy: jax.Array, nxt: jax.Array) -> _Segments:
+    """(R, 2) starts and (R, 2) ends -> ``_Segments``."""
+    ax, ay, bx, by = xy[:, 0], xy[:, 1], nxt[:, 0], nxt[:, 1]
+    abx, aby = bx - ax, by - ay
+    len2 = abx * abx + aby * aby
+    safe_len2 = jnp.where(len2 > 0, len2, 1.0)
+    inv_len = 1.0 / jnp.sqrt(safe_len2)
+    lox, hix = jnp.minimum(ax, bx), jnp.maximum(ax, bx)
+    loy, hiy = jnp.minimum(ay, by), jnp.maximum(ay, by)
+    return _Segments(ax, ay, bx, by, abx, aby, safe_len2, inv_len, lox, hix, loy, hiy)
+
+
+def _to_square(cx, cy, qx, qy, half):
+    """(c, 1) square centres of half-side ``half``, (R,) points -> (c, R) distances."""
+    ex = jnp.maximum(jnp.abs(qx[None] - cx) - half, 0.0)
+    ey = jnp.maximum(jnp.abs(qy[None] - cy) - half, 0.0)
+    return jnp.sqrt(ex * ex + ey * ey)
+
+
+def _corner_distances(cx, cy, half, s: _Segments):
+    """Per segment, over the 4 corners of each (c, 1)-centred square: the max and min
+    distance to the segment and the min and max side of its line (as
+    ``geometry.segment_distance``). Each (c, R)."""
+    max_dist = min_cross = max_cross = min_dist = None
+    for sx, sy in ((-1.0, -1.0), (-1.0, 1.0), (1.0, -1.0), (1.0, 1.0)):
+        px, py = cx + sx * half, cy + sy * half
+        apx, apy = px - s.ax[None], py - s.ay[None]
+        t = jnp.clip((apx * s.abx + apy * s.aby) / s.safe_len2, 0.0, 1.0)
+        dx, dy = px - (s.ax + t * s.abx), py - (s.ay + t * s.aby)
+        d = jnp.sqrt(dx * dx + dy * dy)
+        cross = (s.abx * apy - s.aby * apx) * s.inv_len
+        if max_dist is None:
+            max_dist = min_dist = d
+            min_cross = max_cross = cross
+        else:
+            max_dist, min_dist = jnp.maximum(max_dist, d), jnp.minimum(min_dist, d)
+            min_cross = jnp.minimum(min_cross, cross)
+            max_cross = jnp.maximum(max_cross, cross)
+    return max_dist, min_dist, min_cross, max_cross
+
+
+def _cell_block_candidates(block_centres, s: _Segments, seg_ok, half, e: int, big):
+    """(c, 2) cell centres -> the nearest ``e`` candidate edge segments of each cell:
+    (c, e) negated distances and (c, e) segment ids, and (c,) candidate counts."""
+    cx, cy = block_centres[:, 0:1], block_centres[:, 1:2]  # (c, 1)
+    # D, an upper bound on every cell point's nearest-edge distance: distance to a
+    # segment is convex, so its maximum over the square is at a corner.
+    max_dist, min_dist, min_cross, max_cross = _corner_distances(cx, cy, half, s)
+    upper = jnp.min(jnp.where(seg_ok[None, :], max_dist, big), axis=1)
+    # Exact segment-to-square distance: zero when the segment meets the square (its
+    # bounding box overlaps and the corners straddle its line), else the nearest of
+    # the ends' distances to the square and the corners' distances to the segment.
+    boxes_meet = ((s.lox[None] <= cx + half) & (s.hix[None] >= cx - half)
+                  & (s.loy[None] <= cy + half) & (s.hiy[None] >= cy - half))
+    straddles = (min_cross <= 0) & (max_cross >= 0)
+    outside = jnp.minimum(
+        jnp.minimum(_to_square(cx, cy, s.ax, s.ay, half), _to_square(cx, cy, s.bx, s.by, half)),
+        min_dist)
+    dist = jnp.where(boxes_meet & straddles, 0.0, outside)
+    # A segment can be some cell point's nearest only if it comes within D of the
+    # cell. The 1e-3 m slack absorbs float rounding in the bound.
+    cand = seg_ok[None, :] & (dist <= upper[:, None] + 1e-3)
+    # Keep the nearest to the cell when a cell has more than E (counted as overflow).
+    neg_e, idx_e = jax.lax.top_k(-jnp.where(cand, dist, big), e)
+    return neg_e, idx_e, jnp.sum(cand, axis=1)
+
+
+def _edge_rows(xy, nxt, neg_e, idx_e, big) -> jax.Array:
+    """(C, e) candidates of each cell -> (C, 5, e) float32 segment rows (start x, start
+    y, unit direction x, unit direction y, length; length -1 marks padding)."""
+    seg = nxt - xy
+    seg_len = jnp.sqrt(jnp.sum(seg * seg, axis=-1))
+    unit = seg / jnp.where(seg_len > 0, seg_len, 1.0)[:, None]
+    rows = jnp.stack([xy[:, 0], xy[:, 1], unit[:, 0], unit[:, 1], seg_len])  # (5, R)
+    edges = rows[:, idx_e].transpose(1, 0, 2)  # (C, 5, E)
+    return edges.at[:, 4].set(jnp.where(neg_e > -big, edges[:, 4], -1.0))
+
+
 def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex:
     """Build the grid for one scenario (pure; vmap or ``lax.map`` over a pool).
 
@@ -178,107 +327,27 @@ def build_road_index(roadgraph: Roadgraph, config: RoadIndexConfig) -> RoadIndex
     g, e, size = config.grid_size, config.edges_per_cell, config.chunk_size
     r = roadgraph.num_points
     e = min(e, r)
-    num_chunks = -(-r // size)
-    k = min(config.road_per_cell // size, num_chunks)
+    k = min(config.road_per_cell // size, -(-r // size))
     xy, valid = roadgraph.xy, roadgraph.valid
     big = jnp.float32(1e30)
-    lo = jnp.min(jnp.where(valid[:, None], xy, big), axis=0)
-    hi = jnp.max(jnp.where(valid[:, None], xy, -big), axis=0)
-    any_valid = jnp.any(valid)
-    lo = jnp.where(any_valid, lo, 0.0)
-    hi = jnp.where(any_valid, hi, 0.0)
-    extent = jnp.max(hi - lo) + 2.0 * config.margin
-    cell_size = jnp.maximum(extent / g, 1e-3).astype(jnp.float32)
-    origin = (0.5 * (lo + hi) - 0.5 * g * cell_size).astype(jnp.float32)
+    origin, cell_size = _grid_frame(xy, valid, g, config.margin, big)
     centres = _cell_centres(origin, cell_size, g)  # (C, 2)
-
-    # Chunks nearest each centre (a chunk's distance: its nearest valid point's).
-    pad = num_chunks * size - r
-    d2 = (jnp.square(centres[:, 0:1] - xy[None, :, 0])
-          + jnp.square(centres[:, 1:2] - xy[None, :, 1]))  # x/y split: vectorises on CPU
-    d2 = jnp.where(valid[None, :], d2, big)
-    d2 = jnp.pad(d2, ((0, 0), (0, pad)), constant_values=big)
-    chunk_d2 = jnp.min(d2.reshape(d2.shape[0], num_chunks, size), axis=-1)
-    neg, idx = jax.lax.top_k(-chunk_d2, k)
-    # Missing chunks point at a trailing all-padding chunk, so lookups need no mask.
-    road = jnp.where(neg > -big, idx, num_chunks).astype(jnp.int32)
-    packed = jnp.concatenate(
-        [xy, roadgraph.dir, jnp.where(valid, roadgraph.type, -1).astype(jnp.float32)[:, None]],
-        axis=-1,
-    )
-    packed = jnp.pad(packed, ((0, pad + size), (0, 0)), constant_values=-1.0)
-    points = packed.reshape(num_chunks + 1, size, 5).transpose(2, 0, 1).astype(jnp.float32)
+    road = _nearest_chunks(centres, xy, valid, size, k, big)
+    points = _chunk_points(roadgraph, size)
 
     # Edge segments that can be nearest to any point in the cell.
     seg_ok, nxt = merged_edge_segments(roadgraph, config.edge_merge_tolerance)
     half = 0.5 * cell_size
-
-    # Coordinates split into x and y rows: (cells, R) loops over a trailing axis of
-    # size 2 do not vectorise on CPU.
-    ax, ay, bx, by = xy[:, 0], xy[:, 1], nxt[:, 0], nxt[:, 1]
-    abx, aby = bx - ax, by - ay
-    len2 = abx * abx + aby * aby
-    safe_len2 = jnp.where(len2 > 0, len2, 1.0)
-    inv_len = 1.0 / jnp.sqrt(safe_len2)
-    lox, hix = jnp.minimum(ax, bx), jnp.maximum(ax, bx)
-    loy, hiy = jnp.minimum(ay, by), jnp.maximum(ay, by)
-
-    def to_square(cx, cy, qx, qy):  # (c, 1) centres, (R,) points -> (c, R)
-        ex = jnp.maximum(jnp.abs(qx[None] - cx) - half, 0.0)
-        ey = jnp.maximum(jnp.abs(qy[None] - cy) - half, 0.0)
-        return jnp.sqrt(ex * ex + ey * ey)
-
-    def cell_block(block_centres):  # (c, 2) -> nearest candidates of c cells
-        cx, cy = block_centres[:, 0:1], block_centres[:, 1:2]  # (c, 1)
-        # Per corner: distance to each segment and side of its line (as
-        # ``geometry.segment_distance``), and D, an upper bound on every cell point's
-        # nearest-edge distance: distance to a segment is convex, so its maximum over
-        # the square is at a corner.
-        max_dist = min_cross = max_cross = min_dist = None
-        for sx, sy in ((-1.0, -1.0), (-1.0, 1.0), (1.0, -1.0), (1.0, 1.0)):
-            px, py = cx + sx * half, cy + sy * half
-            apx, apy = px - ax[None], py - ay[None]
-            t = jnp.clip((apx * abx + apy * aby) / safe_len2, 0.0, 1.0)
-            dx, dy = px - (ax + t * abx), py - (ay + t * aby)
-            d = jnp.sqrt(dx * dx + dy * dy)
-            cross = (abx * apy - aby * apx) * inv_len
-            if max_dist is None:
-                max_dist = min_dist = d
-                min_cross = max_cross = cross
-            else:
-                max_dist, min_dist = jnp.maximum(max_dist, d), jnp.minimum(min_dist, d)
-                min_cross = jnp.minimum(min_cross, cross)
-                max_cross = jnp.maximum(max_cross, cross)
-        upper = jnp.min(jnp.where(seg_ok[None, :], max_dist, big), axis=1)
-        # Exact segment-to-square distance: zero when the segment meets the square (its
-        # bounding box overlaps and the corners straddle its line), else the nearest of
-        # the ends' distances to the square and the corners' distances to the segment.
-        boxes_meet = ((lox[None] <= cx + half) & (hix[None] >= cx - half)
-                      & (loy[None] <= cy + half) & (hiy[None] >= cy - half))
-        straddles = (min_cross <= 0) & (max_cross >= 0)
-        outside = jnp.minimum(jnp.minimum(to_square(cx, cy, ax, ay), to_square(cx, cy, bx, by)),
-                              min_dist)
-        dist = jnp.where(boxes_meet & straddles, 0.0, outside)
-        # A segment can be some cell point's nearest only if it comes within D of the
-        # cell. The 1e-3 m slack absorbs float rounding in the bound.
-        cand = seg_ok[None, :] & (dist <= upper[:, None] + 1e-3)
-        # Keep the nearest to the cell when a cell has more than E (counted as overflow).
-        neg_e, idx_e = jax.lax.top_k(-jnp.where(cand, dist, big), e)
-        return neg_e, idx_e, jnp.sum(cand, axis=1)
-
+    segs = _segments(xy, nxt)
     # Blocks of cells keep the (cells, 4, R) temporaries cache-sized: one pass over all
     # cells at once is memory-bound and ~5x slower.
     block = math.gcd(g * g, _CELL_BLOCK)
     neg_e, idx_e, num_cand = jax.lax.map(
-        cell_block, centres.reshape(-1, block, 2))
+        lambda c: _cell_block_candidates(c, segs, seg_ok, half, e, big),
+        centres.reshape(-1, block, 2))
     neg_e, idx_e = neg_e.reshape(g * g, e), idx_e.reshape(g * g, e)
     num_cand = num_cand.reshape(g * g)
-    seg = nxt - xy
-    seg_len = jnp.sqrt(jnp.sum(seg * seg, axis=-1))
-    unit = seg / jnp.where(seg_len > 0, seg_len, 1.0)[:, None]
-    rows = jnp.stack([xy[:, 0], xy[:, 1], unit[:, 0], unit[:, 1], seg_len])  # (5, R)
-    edges = rows[:, idx_e].transpose(1, 0, 2)  # (C, 5, E)
-    edges = edges.at[:, 4].set(jnp.where(neg_e > -big, edges[:, 4], -1.0))
+    edges = _edge_rows(xy, nxt, neg_e, idx_e, big)
     overflow = jnp.sum(num_cand > e).astype(jnp.int32)
     return RoadIndex(
         origin=origin,
