@@ -55,3 +55,27 @@ def test_shipped_presets_load_and_validate():
     adaptive = load_yaml(CONFIGS / "adaptive_simulate.yaml")
     assert adaptive["env"]["goal_behavior"] == "trial"
     assert adaptive["env"]["observation"]["num_road"] == 200  # from the parent
+
+
+def test_run_config_files_accept_dotted_keys(tmp_path):
+    from jaxdrive.runs.config import load_run_config
+
+    write(tmp_path, "base.yaml", "env: {collision_behavior: stop, goal_radius: 3.0}\n"
+                                 "train.seed: 3\n")
+    child = write(tmp_path, "child.yaml", "inherits: base.yaml\n"
+                                          "env.collision_behavior: remove\n"
+                                          "env: {scenario.max_agents: 16}\n")
+    config = load_run_config(str(child), {"train.num_envs": 8})
+    assert (config.env.collision_behavior, config.env.goal_radius) == ("remove", 3.0)
+    assert config.env.scenario.max_agents == 16
+    assert (config.train.seed, config.train.num_envs) == (3, 8)
+    # Each file expands before it merges: a child's mapping beats a parent's dotted key.
+    write(tmp_path, "dotted.yaml", "env.goal_radius: 3.0\n")
+    mapped = write(tmp_path, "mapped.yaml", "inherits: dotted.yaml\nenv: {goal_radius: 4.0}\n")
+    assert load_run_config(str(mapped)).env.goal_radius == 4.0
+    assert load_yaml(mapped, dotted=True) == {"env": {"goal_radius": 4.0}}
+    assert load_yaml(tmp_path / "dotted.yaml") == {"env.goal_radius": 3.0}
+    with pytest.raises(ConfigError, match="unknown config key 'env.colision_behavior'"):
+        load_run_config(str(write(tmp_path, "typo.yaml", "env.colision_behavior: stop\n")))
+    with pytest.raises(ConfigError, match="key 'env..x' must be a name or a dotted path"):
+        load_run_config(str(write(tmp_path, "empty.yaml", "env..x: 1\n")))

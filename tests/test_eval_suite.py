@@ -1,5 +1,7 @@
-"""Evaluation suites from config: inheritance, templates, the clean macro, validation."""
+"""Evaluation suites from config: inheritance, templates, the clean macro, validation,
+the registry of evaluator types."""
 
+import dataclasses
 import json
 import pickle
 import re
@@ -7,13 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from jaxdrive.config import ConfigError
+from jaxdrive.config import ConfigError, check_int
 from jaxdrive.env import EnvConfig
+from jaxdrive.eval.evaluator import Evaluator
+from jaxdrive.eval.evaluators import (
+    AdaptationConfig,
+    make_evaluators,
+    register_evaluator,
+    registered_evaluator,
+    unregister_evaluator,
+)
+from jaxdrive.eval.spec import EvaluatorConfig
 from jaxdrive.eval.suite import (
     CLEAN_SETTINGS,
     EVALUATOR_TYPES,
     RenderSpec,
     due,
+    evaluator_types,
     load_suite_file,
     load_suite_specs,
     select_suite,
@@ -398,3 +410,99 @@ def test_suite_file_inherits_other_files(tmp_path):
     specs = load_suite_file(tmp_path / "run.yaml", "all")
     assert [(s.name, s.type, s.interval, s.num_scenarios) for s in specs] == [
         ("val", "multi_scenario", 10, 8), ("plan", "planning", 10, 8)]
+
+
+# ---------------------------------------------------------------- a new evaluator type
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FirstStepsConfig(EvaluatorConfig):
+    """The new type's own key."""
+
+    first_steps: int = 3
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int("first_steps", self.first_steps, 1, 20)
+
+
+class FirstSteps(Evaluator):
+    """Plays the first ``first_steps`` steps of every scenario."""
+
+    type_name = "first_steps"
+    Config = FirstStepsConfig
+
+    def num_steps(self, env):
+        return self.config.first_steps
+
+
+def test_a_new_evaluator_type_is_one_class_and_one_registration():
+    from test_eval import build  # tiny env and policy
+
+    section = {"type": "first_steps", "num_scenarios": 3, "batch_size": 2, "seed": 7}
+    assert "config key 'type' = 'first_steps' is not allowed" in error({"f": section})
+    with registered_evaluator(FirstSteps):
+        assert evaluator_types() == (*EVALUATOR_TYPES, "first_steps")
+        with pytest.raises(ValueError, match="'first_steps' is already registered"):
+            register_evaluator(FirstSteps)
+        # The registry validates type names; the type's own key is checked by its config;
+        # typos and other types' keys stay unknown.
+        assert "Did you mean 'first_steps'?" in error({"f": {**section, "type": "first_step"}})
+        assert "config key 'first_steps' = 0 is out of range" in error(
+            {"f": {**section, "first_steps": 0}})
+        assert ("unknown key 'first_step' for evaluator type 'first_steps'. "
+                "Did you mean 'first_steps'?") in error({"f": {**section, "first_step": 2}})
+        assert "unknown key 'num_trials'" in error({"f": {**section, "num_trials": 3}})
+        env_config, procedural, policy, params = build()
+        specs = specs_of({"_short": {"template": True, "first_steps": 2},
+                          "f": {**section, "inherits": "_short"}},
+                         base_env=env_config, base_procedural=procedural)
+        spec = specs["f"]
+        assert isinstance(spec.config, FirstStepsConfig) and spec.config.first_steps == 2
+        assert spec.params == {"first_steps": 2} and spec.resolved["first_steps"] == 2
+        (ev,) = make_evaluators([spec])
+        assert isinstance(ev, FirstSteps)
+        result = ev.run(policy, params)
+        assert result.status == "ok", result.error
+        assert result.type == "first_steps" and result.config == spec.resolved
+        assert [e["scenario_id"] for e in result.episodes] == [0, 1, 2]
+        assert all(e["end_step"] <= 2 for e in result.episodes)
+    assert "first_steps" not in evaluator_types()
+    with pytest.raises(ConfigError, match="unknown type 'first_steps'"):
+        make_evaluators([spec])
+    with pytest.raises(ValueError, match="not registered"):
+        unregister_evaluator("first_steps")
+
+
+def test_registration_refuses_bad_classes():
+    class NoConfig(Evaluator):
+        type_name = "no_config"
+        Config = dict
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class TypedConfig(EvaluatorConfig):
+        type: str = "x"
+
+    class Structural(Evaluator):
+        type_name = "structural"
+        Config = TypedConfig
+
+    class Unnamed(Evaluator):
+        pass
+
+    with pytest.raises(TypeError, match="EvaluatorConfig subclass"):
+        register_evaluator(NoConfig)
+    with pytest.raises(TypeError, match="reserves"):
+        register_evaluator(Structural)
+    with pytest.raises(ValueError, match="no type_name"):
+        register_evaluator(Unnamed)
+    assert evaluator_types() == EVALUATOR_TYPES
+
+
+def test_configs_are_typed_and_the_adaptation_env_is_resolved_by_its_hook():
+    spec = specs_of({"a": {"type": "adaptation", "env.goal_behavior": "trial",
+                           "confidence": 0.9}})["a"]
+    assert isinstance(spec.config, AdaptationConfig)
+    assert (spec.config.num_trials, spec.config.confidence) == (3, 0.9)
+    assert spec.env is spec.config.env and spec.env.num_trials == 3
+    # Without the loader, the config is an ordinary strict config.
+    with pytest.raises(ConfigError, match="unknown config key 'classes'"):
+        AdaptationConfig.from_dict({"classes": ["x"]})

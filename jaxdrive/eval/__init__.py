@@ -1,8 +1,10 @@
 """Evaluation: evaluators as scan-based rollouts with on-device reductions.
 
 - ``suite``: evaluator sections from config (inheritance, templates, the clean macro).
+- ``spec``: ``EvaluatorConfig`` (the keys every type accepts), ``EvaluatorSpec``.
 - ``rollout``: the jitted one-episode-per-scenario rollout.
-- ``evaluator`` / ``evaluators``: the ``Evaluator`` base and the five types.
+- ``evaluator`` / ``evaluators``: the ``Evaluator`` base; the registry of types
+  (``register_evaluator``) and the five built-in ones with their configs.
 - ``planning``: the nuPlan-style closed-loop score.
 - ``runner``: suites of evaluators, the results file; ``manager``: evaluation in training.
 - ``run(params, suite)`` (``api``) for notebooks; ``python -m jaxdrive.eval`` (``cli``).

@@ -1,7 +1,11 @@
 """The ``Evaluator`` base: scenario batches through the jitted episode rollout, sharded
 over the local devices, reduced to an ``EvalResult``.
 
-The loop lives here; subclasses override narrow hooks only:
+The loop lives here; subclasses override narrow hooks only. A type names its config
+(``Config``, an ``EvaluatorConfig`` subclass with the type's own keys, read as
+``self.config.KEY``) and may override two class-level hooks of the suite loader:
+``resolve_env(env_overrides, config)`` (what the type writes into its env) and
+``expand(spec)`` (the evaluators one section gives; default one). Then per run:
 
 - ``env_config()``: the env the evaluator runs (``spec.env`` plus type overrides);
 - ``scenario_ids(n)``: which of the ``n`` loaded scenarios to play;
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,7 +40,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.env import Env, EnvConfig, episode_steps
 from jaxdrive.eval.rollout import OUTCOMES, make_episode_rollout, outcome
-from jaxdrive.eval.suite import EvaluatorSpec
+from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec
 from jaxdrive.metrics.episode import rates as episode_rates
 from jaxdrive.metrics.registry import Metric, episode_metrics
 from jaxdrive.metrics.trials import adaptation_metrics
@@ -128,15 +132,46 @@ class PoolCache:
 
 
 class Evaluator:
-    """Base class (see the module doc). Construct with a resolved ``EvaluatorSpec``."""
+    """Base class (see the module doc). Construct with a resolved ``EvaluatorSpec``.
+
+    Attributes:
+      type_name: the ``type:`` that selects the class (``register_evaluator``).
+      Config: the class of its config: ``EvaluatorConfig`` plus the type's own keys.
+      spec: the resolved section; config: ``spec.config`` (typed).
+    """
 
     type_name: ClassVar[str] = ""
+    Config: ClassVar[type[EvaluatorConfig]] = EvaluatorConfig
 
     def __init__(self, spec: EvaluatorSpec, name: str | None = None):
         self.spec = spec
+        self.config = spec.config
         self.name = name or spec.name
         self._setup: dict | None = None
         self._setup_key = None
+
+    # ------------------------------------------------------------ resolution
+    @classmethod
+    def resolve_env(cls, env_overrides: Mapping[str, Any], config: EvaluatorConfig
+                    ) -> Mapping[str, Any]:
+        """The ``env`` overrides of a section of this type, before they merge onto the
+        base env (default: as written).
+
+        Args:
+          env_overrides: the section's ``env`` mapping (clean settings included; may be
+            malformed: the loader reports that).
+          config: the section's other keys, checked (its ``env``, ``procedural`` and
+            ``render`` are the defaults, not yet resolved).
+
+        Raises:
+          ConfigError: overrides that contradict the type's keys.
+        """
+        return env_overrides
+
+    @classmethod
+    def expand(cls, spec: EvaluatorSpec) -> list[Evaluator]:
+        """The evaluators one resolved section of this type runs (default: one)."""
+        return [cls(spec)]
 
     # ------------------------------------------------------------------ hooks
     def env_config(self) -> EnvConfig:

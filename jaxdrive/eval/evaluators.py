@@ -1,4 +1,11 @@
-"""The evaluator types (``type:`` of an ``eval`` section) and their construction.
+"""The evaluator types (``type:`` of an ``eval`` section): the registry, the built-in
+types with their configs, and ``make_evaluators``.
+
+``EVALUATORS`` maps each ``type:`` to its class; ``register_evaluator`` adds one (and
+refuses a taken name), ``unregister_evaluator`` / ``registered_evaluator`` take it out
+again. Adding a type = an ``Evaluator`` subclass with ``type_name`` and ``Config`` (an
+``EvaluatorConfig`` subclass declaring its own keys) + ``register_evaluator``. The
+built-in types:
 
 - ``multi_scenario``: a fixed scenario set, every scenario played exactly once.
 - ``human_replay``: the SDC is controlled, every other object replays its log.
@@ -12,23 +19,80 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.agents.actors import Actor, policy_actor
-from jaxdrive.config import ConfigError
+from jaxdrive.config import ConfigError, check_int, check_range, merge
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.eval.evaluator import Evaluator, base_metrics
-from jaxdrive.eval.suite import EvaluatorSpec
+from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec, as_written, set_floats
+
+# ------------------------------------------------------------------ the registry
+EVALUATORS: dict[str, type[Evaluator]] = {}
+
+# Section keys the suite loader reads itself; a type's config must not declare them.
+STRUCTURAL_KEYS = ("type", "inherits", "template")
 
 
+def register_evaluator(cls: type[Evaluator]) -> type[Evaluator]:
+    """Register ``cls`` under ``cls.type_name`` (usable as a class decorator).
+
+    Raises:
+      ValueError: the name is taken or empty; TypeError: ``cls`` is no ``Evaluator`` or
+        its ``Config`` no ``EvaluatorConfig`` subclass, or declares a structural key.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Evaluator)):
+        raise TypeError(f"{cls!r} is not an Evaluator subclass.")
+    name = cls.type_name
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"evaluator class {cls.__qualname__} has no type_name.")
+    if name in EVALUATORS:
+        raise ValueError(f"evaluator type '{name}' is already registered "
+                         f"({EVALUATORS[name].__qualname__}).")
+    config = cls.Config
+    if not (isinstance(config, type) and issubclass(config, EvaluatorConfig)):
+        raise TypeError(f"{cls.__qualname__}.Config must be an EvaluatorConfig subclass, "
+                        f"got {config!r}.")
+    clash = sorted({f.name for f in dataclasses.fields(config)} & set(STRUCTURAL_KEYS))
+    if clash:
+        raise TypeError(f"{config.__qualname__} declares {clash}, which the suite loader "
+                        "reserves.")
+    EVALUATORS[name] = cls
+    return cls
+
+
+def unregister_evaluator(name: str) -> type[Evaluator]:
+    """Take the type ``name`` out of the registry; returns its class."""
+    if name not in EVALUATORS:
+        raise ValueError(f"evaluator type '{name}' is not registered.")
+    return EVALUATORS.pop(name)
+
+
+@contextlib.contextmanager
+def registered_evaluator(cls: type[Evaluator]) -> Iterator[type[Evaluator]]:
+    """``register_evaluator(cls)`` for the duration of a ``with`` block (tests)."""
+    register_evaluator(cls)
+    try:
+        yield cls
+    finally:
+        unregister_evaluator(cls.type_name)
+
+
+# ------------------------------------------------------------------ the types
+@register_evaluator
 class MultiScenario(Evaluator):
     type_name = "multi_scenario"
 
 
+@register_evaluator
 class HumanReplay(Evaluator):
     type_name = "human_replay"
 
@@ -36,15 +100,42 @@ class HumanReplay(Evaluator):
         return self.spec.env.replace(control_mode="sdc")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BehaviorClassConfig(EvaluatorConfig):
+    """Attributes:
+      classes: scenario classes (subsets of the dataset), one evaluator each (required).
+      scenarios_per_class: scenarios sampled from each class with the seed.
+    """
+
+    classes: tuple[str, ...]
+    scenarios_per_class: int = 16
+
+    def __post_init__(self):
+        super().__post_init__()
+        if (not isinstance(self.classes, tuple) or not self.classes
+                or not all(isinstance(c, str) and c for c in self.classes)):
+            raise ConfigError("config key 'classes' must be a non-empty list of names, "
+                              f"got {as_written(self.classes)!r}.")
+        check_int("scenarios_per_class", self.scenarios_per_class, 1)
+
+
+@register_evaluator
 class BehaviorClass(Evaluator):
     """One scenario class of a converted dataset (``spec.scenarios``: one shard dir)."""
 
     type_name = "behavior_class"
+    Config = BehaviorClassConfig
+    config: BehaviorClassConfig
 
     def __init__(self, spec: EvaluatorSpec, scenario_class: str):
         super().__init__(spec, name=f"{spec.name}/{scenario_class}")
         self.scenario_class = scenario_class
         self._class_rows: np.ndarray | None = None
+
+    @classmethod
+    def expand(cls, spec: EvaluatorSpec) -> list[Evaluator]:
+        """One evaluator per class, named ``SECTION/CLASS``."""
+        return [cls(spec, c) for c in spec.config.classes]
 
     def load_scenarios(self, env_config: EnvConfig):
         from jaxdrive.data.subsets import subset_ids
@@ -64,7 +155,7 @@ class BehaviorClass(Evaluator):
             raise ConfigError(f"class '{self.scenario_class}' of {self.spec.scenarios[0]} "
                               "has no scenarios.")
         rng = np.random.default_rng(self.spec.seed)
-        n = min(int(self.spec.params["scenarios_per_class"]), len(rows))
+        n = min(int(self.config.scenarios_per_class), len(rows))
         self._class_rows = np.sort(rng.choice(rows, size=n, replace=False)).astype(np.int32)
         return scenes
 
@@ -90,11 +181,56 @@ def _erfinv(y: float) -> float:
     return 0.5 * (lo + hi)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdaptationConfig(EvaluatorConfig):
+    """Attributes:
+      num_trials: trials per episode (written into ``env.num_trials``).
+      trial_timeout: steps per trial (written into ``env.trial_timeout``); None keeps
+        the env's own (a run's) and resolves to it.
+      confidence: level of the confidence intervals, in (0, 1).
+    """
+
+    num_trials: int = 3
+    trial_timeout: int | None = None
+    confidence: float = 0.95
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int("num_trials", self.num_trials, 2)
+        if self.trial_timeout is None:
+            object.__setattr__(self, "trial_timeout", self.env.trial_timeout)
+        if self.trial_timeout is not None:
+            check_int("trial_timeout", self.trial_timeout, 1)
+        check_range("confidence", self.confidence, 0.0, 1.0, lo_open=True, hi_open=True)
+        set_floats(self, "confidence")
+
+
+@register_evaluator
 class Adaptation(Evaluator):
     """Per-trial scores of the policy with memory, and of the control (memory wiped at
     each trial boundary); deltas with confidence intervals over scenarios."""
 
     type_name = "adaptation"
+    Config = AdaptationConfig
+    config: AdaptationConfig
+
+    @classmethod
+    def resolve_env(cls, env_overrides: Mapping[str, Any], config: AdaptationConfig
+                    ) -> Mapping[str, Any]:
+        """Write ``num_trials``/``trial_timeout`` into the env, so ``spec.env`` is what
+        runs; an ``env.`` value that differs is an error."""
+        if not isinstance(env_overrides, Mapping):
+            return env_overrides
+        # trial_timeout: null keeps the env's own (a run's), where None = the episode length.
+        wanted = {"num_trials": config.num_trials}
+        if config.trial_timeout is not None:
+            wanted["trial_timeout"] = config.trial_timeout
+        for key, value in wanted.items():
+            if key in env_overrides and env_overrides[key] != value:
+                raise ConfigError(f"config key 'env.{key}' = {env_overrides[key]!r} "
+                                  f"contradicts '{key}' = {value!r}; an adaptation evaluator "
+                                  f"sets env.{key} from '{key}', so set only that.")
+        return merge(env_overrides, wanted)
 
     def actors(self, env: Env, policy) -> dict[str, Actor]:
         det = self.spec.deterministic
@@ -102,7 +238,7 @@ class Adaptation(Evaluator):
                 "no_memory": policy_actor(env, policy, det, memory_reset="trial")}
 
     def aggregate(self, rows, extras):
-        conf = float(self.spec.params["confidence"])
+        conf = float(self.config.confidence)
         metrics: dict[str, float] = {}
         per: dict[str, list] = {}
         deltas = {}
@@ -136,10 +272,33 @@ class Adaptation(Evaluator):
         return metrics, per
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanningEvaluatorConfig(EvaluatorConfig):
+    """Attributes: the thresholds of ``jaxdrive.eval.planning.PlanningConfig`` a section
+    may set: ``ttc_horizon`` (s), ``comfort_max_accel`` (m/s^2), ``comfort_max_jerk``
+    (m/s^3), all > 0, and ``progress_min_ratio`` in [0, 1]."""
+
+    ttc_horizon: float = 1.0
+    comfort_max_accel: float = 4.0
+    comfort_max_jerk: float = 4.0
+    progress_min_ratio: float = 0.2
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("ttc_horizon", "comfort_max_accel", "comfort_max_jerk"):
+            check_range(name, getattr(self, name), 0.0, None, lo_open=True)
+        check_range("progress_min_ratio", self.progress_min_ratio, 0.0, 1.0)
+        set_floats(self, "ttc_horizon", "comfort_max_accel", "comfort_max_jerk",
+                   "progress_min_ratio")
+
+
+@register_evaluator
 class Planning(Evaluator):
     """nuPlan-style closed-loop score of the controlled SDC."""
 
     type_name = "planning"
+    Config = PlanningEvaluatorConfig
+    config: PlanningEvaluatorConfig
 
     def env_config(self) -> EnvConfig:
         return self.spec.env.replace(control_mode="sdc")
@@ -147,9 +306,10 @@ class Planning(Evaluator):
     def _config(self):
         from jaxdrive.eval.planning import PlanningConfig
 
-        p = self.spec.params
-        return PlanningConfig.from_dict({k: p[k] for k in p if k in
-                                         PlanningConfig.__dataclass_fields__})
+        c = self.config
+        return PlanningConfig.from_dict({f.name: getattr(c, f.name)
+                                         for f in dataclasses.fields(c)
+                                         if f.name in PlanningConfig.__dataclass_fields__})
 
     def step_hook(self, env: Env):
         """Per-step features of the scored (ego) agents; their score per scenario."""
@@ -191,21 +351,17 @@ class Planning(Evaluator):
         return metrics, per
 
 
-EVALUATORS: dict[str, type[Evaluator]] = {
-    c.type_name: c for c in (MultiScenario, HumanReplay, BehaviorClass, Adaptation, Planning)
-}
+# The built-in types, in registration order.
+EVALUATOR_TYPES = tuple(EVALUATORS)
 
 
 def make_evaluators(specs) -> list[Evaluator]:
-    """Evaluator instances for resolved specs (a ``behavior_class`` spec gives one per
-    class)."""
+    """Evaluator instances for resolved specs (``Evaluator.expand`` of each spec's type:
+    a ``behavior_class`` spec gives one per class)."""
     out: list[Evaluator] = []
     for spec in specs:
         if spec.type not in EVALUATORS:
             raise ConfigError(f"evaluator '{spec.name}': unknown type '{spec.type}'; "
                               f"allowed: {', '.join(EVALUATORS)}")
-        if spec.type == "behavior_class":
-            out.extend(BehaviorClass(spec, c) for c in spec.params["classes"])
-        else:
-            out.append(EVALUATORS[spec.type](spec))
+        out.extend(EVALUATORS[spec.type].expand(spec))
     return out

@@ -12,7 +12,9 @@
     evaluation:  EvaluationConfig (evaluator suites run during training, jaxdrive.eval)
     data:        DataConfig (train on converted real scenes instead of procedural ones)
 
-Files may ``inherits:`` other files (``jaxdrive.config.load_yaml``); a preset name
+Files may ``inherits:`` other files (``jaxdrive.config.load_yaml``) and spell nested keys
+as dotted paths (``env.collision_behavior: remove``, also inside a section, as in
+``eval:`` sections); a preset name
 (``quickstart``, ``selfplay_gpu``, ...; ``jaxdrive.config.list_presets``) names a file
 shipped with the package; ``--set a.b=c`` overrides any key. Unknown keys are errors
 that name the key and the allowed ones.
@@ -28,6 +30,7 @@ from jaxdrive.config import (
     check_choice,
     check_int,
     check_range,
+    expand_dotted,
     load_yaml,
     merge,
     resolve_config_path,
@@ -256,12 +259,13 @@ class RunConfig(ConfigBase):
 
 
 def load_run_config(path: str | None, overrides: dict | None = None) -> RunConfig:
-    """The YAML file or preset (``resolve_config_path``; ``inherits:`` resolved) with
-    ``overrides`` merged on top, checked."""
+    """The YAML file or preset (``resolve_config_path``; ``inherits:`` resolved, dotted
+    keys expanded in each file) with ``overrides`` (nested or dotted keys) merged on top,
+    checked."""
     if path:
         path = resolve_config_path(path)
-    data = load_yaml(path) if path else {}
-    data = merge(data, overrides or {})
+    data = load_yaml(path, dotted=True) if path else {}
+    data = merge(data, expand_dotted(overrides or {}, "overrides"))
     where = f" (in {path})" if path else ""
     try:
         return RunConfig.from_dict(data)

@@ -1,0 +1,185 @@
+"""What an evaluator is configured with: ``EvaluatorConfig`` (the keys every evaluator
+type accepts), ``RenderSpec`` (its videos) and ``EvaluatorSpec`` (one resolved ``eval:``
+section: name, type and the typed config).
+
+An evaluator type adds its own keys by subclassing ``EvaluatorConfig`` (a frozen
+dataclass whose ``__post_init__`` checks them) and naming it as its class's ``Config``
+(``jaxdrive.eval.evaluators``). ``jaxdrive.eval.suite`` builds these from config files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from jaxdrive.config import ConfigBase, ConfigError, check_bool, check_choice, check_int
+from jaxdrive.env import EnvConfig
+from jaxdrive.render.raster import VIEWS
+from jaxdrive.scenarios.procedural import ProceduralConfig
+
+MODES = ("inline", "subprocess")
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderSpec(ConfigBase):
+    """Videos an evaluator records besides its metrics.
+
+    Attributes:
+      enabled: record videos at all.
+      views: ``scene`` and/or ``ego`` (one video per scenario per view).
+      num_scenarios: scenarios recorded (at most the evaluator's ``num_scenarios``).
+      steps: frames per video; 0 = one whole episode.
+      width, height: pixels (even: the H.264 encoder needs it).
+    """
+
+    enabled: bool = False
+    views: tuple[str, ...] = ("scene",)
+    num_scenarios: int = 2
+    steps: int = 0
+    width: int = 256
+    height: int = 256
+
+    def __post_init__(self):
+        check_bool("enabled", self.enabled)
+        if (not isinstance(self.views, tuple) or not self.views
+                or len(set(self.views)) != len(self.views)):
+            raise ConfigError(f"config key 'views' = {self.views!r} must list distinct "
+                              f"views out of {list(VIEWS)}.")
+        for view in self.views:
+            check_choice("views", view, VIEWS)
+        check_int("num_scenarios", self.num_scenarios, 1)
+        check_int("steps", self.steps, 0)
+        for name in ("width", "height"):
+            check_int(name, getattr(self, name), 2, 8192)
+            if getattr(self, name) % 2:
+                raise ConfigError(f"config key '{name}' = {getattr(self, name)} must be even "
+                                  "(H.264 video needs even frame sizes).")
+
+
+def as_written(value: Any) -> Any:
+    """A value as YAML wrote it, for messages (``from_dict`` turned lists into tuples)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _scenario_paths(name: str, value: Any) -> tuple[str, ...] | None:
+    """``scenarios`` as a tuple of paths with ``~`` and ``$VAR`` expanded (None stays)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, tuple) or not all(isinstance(p, str) and p for p in value):
+        raise ConfigError(f"config key '{name}' must be null (procedural scenes) or a list "
+                          f"of scene files / shard directories, got {as_written(value)!r}.")
+    paths = []
+    for path in value:
+        # A literal '$USER' in a path fails far from the config; expand it or say so here.
+        expanded = os.path.expandvars(os.path.expanduser(path))
+        unset = re.search(r"\$\{?(\w+)", expanded)
+        if unset:
+            raise ConfigError(f"config key '{name}': path {path!r} uses the environment "
+                              f"variable '{unset[1]}', which is not set.")
+        paths.append(expanded)
+    return tuple(paths)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorConfig(ConfigBase):
+    """The keys every evaluator type accepts (an ``eval:`` section's, ``type`` aside).
+
+    Attributes:
+      enabled: false keeps the evaluator out of ``due`` and of the default selection.
+      interval: run every this many training iterations; 0 = only when asked.
+      clean: whether the clean macro was on (``jaxdrive.eval.suite.CLEAN_SETTINGS``).
+      deterministic: act with the policy's mode instead of sampling.
+      seed: seed of the evaluation's scenes and actions.
+      num_scenarios: scenarios evaluated; batch_size: envs run in parallel.
+      num_steps: steps per scenario; 0 = one whole episode.
+      mode: ``inline`` (in the training process) or ``subprocess``.
+      scenarios: scene files / shard directories (``$VAR`` and ``~`` expanded; one
+        string is a list of one), or None for procedural scenes.
+      env, procedural: the configs the evaluator runs with.
+      render: videos to record (``num_scenarios`` capped at the evaluator's).
+    """
+
+    enabled: bool = True
+    interval: int = 0
+    clean: bool = True
+    deterministic: bool = False
+    seed: int = 0
+    num_scenarios: int = 64
+    batch_size: int = 64
+    num_steps: int = 0
+    mode: str = "inline"
+    scenarios: tuple[str, ...] | None = None
+    env: EnvConfig = EnvConfig()
+    procedural: ProceduralConfig = ProceduralConfig()
+    render: RenderSpec = RenderSpec()
+
+    def __post_init__(self):
+        for name in ("enabled", "clean", "deterministic"):
+            check_bool(name, getattr(self, name))
+        check_int("interval", self.interval, 0)
+        check_int("seed", self.seed, 0)
+        check_int("num_scenarios", self.num_scenarios, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("num_steps", self.num_steps, 0)
+        check_choice("mode", self.mode, MODES)
+        object.__setattr__(self, "scenarios", _scenario_paths("scenarios", self.scenarios))
+        if self.render.num_scenarios > self.num_scenarios:
+            object.__setattr__(self, "render",
+                               self.render.replace(num_scenarios=self.num_scenarios))
+
+
+def set_floats(config: ConfigBase, *names: str) -> None:
+    """Store the (checked) numbers ``names`` of a frozen config as floats, so that
+    ``ttc_horizon: 2`` reads and is written back as ``2.0`` (for ``__post_init__``)."""
+    for name in names:
+        object.__setattr__(config, name, float(getattr(config, name)))
+
+
+_COMMON_KEYS = frozenset(f.name for f in dataclasses.fields(EvaluatorConfig))
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorSpec:
+    """One resolved evaluator section.
+
+    Attributes:
+      name: the section name.
+      type: a registered evaluator type (``jaxdrive.eval.evaluators.EVALUATORS``).
+      config: the section's keys, typed: that type's ``Config`` (an ``EvaluatorConfig``).
+        Its common keys read through the spec too (``spec.seed``, ``spec.env``, ...).
+      clean_applied, clean_overridden: dotted keys of ``CLEAN_SETTINGS`` the macro set,
+        and those an explicit value won over.
+    """
+
+    name: str
+    type: str
+    config: EvaluatorConfig
+    clean_applied: tuple[str, ...] = ()
+    clean_overridden: tuple[str, ...] = ()
+
+    def __getattr__(self, key: str) -> Any:
+        # Only for names that are not attributes: the common keys of the config.
+        if key in _COMMON_KEYS:
+            return getattr(self.config, key)
+        raise AttributeError(f"'EvaluatorSpec' object has no attribute '{key}'")
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """The type's own keys (read-only view of ``config``'s fields beyond the common
+        ones); evaluators read them as ``config`` attributes."""
+        return types.MappingProxyType({
+            f.name: getattr(self.config, f.name) for f in dataclasses.fields(self.config)
+            if f.name not in _COMMON_KEYS})
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """Plain dict of the type and every key of the config (full ``env`` /
+        ``procedural`` / ``render``), for results files; loading it as a section rebuilds
+        the same spec."""
+        return {"type": self.type, **self.config.to_dict()}
