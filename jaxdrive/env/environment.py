@@ -41,7 +41,7 @@ from jaxdrive.env.state import EnvParams, EnvState, EpisodeStats, TimeStep
 from jaxdrive.metrics.step import StepMetrics, compute_metrics
 from jaxdrive.scenarios.base import validate_scenario
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.sim.dynamics import apply_action, make_dynamics
+from jaxdrive.sim.dynamics import DynamicsModel, apply_action, check_model, make_dynamics
 from jaxdrive.sim.trials import TrialStats
 from jaxdrive.types import AgentState, EntityKind, Observation, RoadType, Role
 
@@ -54,11 +54,18 @@ class Env:
 
     Use ``reset``/``step`` for one environment and ``jax.vmap`` (or ``reset_batch``/
     ``step_batch``) for many. Jit at the outer edge.
+
+    ``dynamics``: a dynamics model object (see ``jaxdrive.sim.dynamics.DynamicsModel``)
+    to step controlled agents with, in place of ``make_dynamics(config.dynamics)``; it
+    also defines the action shape and grid, and controllers read it as
+    ``env.dynamics``. Its ``dt``, if it has one, must equal ``config.dynamics.dt``
+    (``check_model``).
     """
 
-    def __init__(self, config: EnvConfig | None = None):
+    def __init__(self, config: EnvConfig | None = None, dynamics: DynamicsModel | None = None):
         self.config = config or EnvConfig()
-        self.dynamics = make_dynamics(self.config.dynamics)
+        self.dynamics = (make_dynamics(self.config.dynamics) if dynamics is None
+                         else check_model(dynamics, self.config.dynamics))
         self._controlled_types = tuple(
             OBJECT_TYPE_NAMES[n] for n in self.config.controlled_types
         )
