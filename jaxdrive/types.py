@@ -85,6 +85,74 @@ class Role(enum.IntEnum):
     CO_PLAYER = 1  # a frozen partner policy (e.g. loaded from a checkpoint)
 
 
+class EgoFeature(enum.IntEnum):
+    """Rows of ``Observation.ego`` (last axis): the observing agent itself, normalised.
+
+    Written by ``jaxdrive.env.observation.observe``; positions in the agent's frame
+    (x forward, y left).
+    """
+
+    SPEED = 0  # signed speed along the heading / speed_scale
+    LENGTH = 1  # box length / size_scale
+    WIDTH = 2  # box width / size_scale
+    GOAL_X = 3  # goal position, agent frame / goal_scale
+    GOAL_Y = 4
+    GOAL_DISTANCE = 5  # distance to the goal / goal_scale
+    STEER = 6  # current steering angle, rad (0 for models without one)
+    ACCEL = 7  # current acceleration / speed_scale
+
+
+class PartnerFeature(enum.IntEnum):
+    """Rows of ``Observation.partners`` (axis -2): one other agent, in the observer's frame.
+
+    Continuous rows first, then ``VALID`` and ``TYPE`` last (encoders rely on that
+    layout; checked below).
+    """
+
+    X = 0  # position / partner_radius
+    Y = 1
+    COS_YAW = 2  # cos(partner yaw - observer yaw)
+    SIN_YAW = 3
+    VEL_X = 4  # relative velocity / speed_scale
+    VEL_Y = 5
+    LENGTH = 6  # box length / size_scale
+    WIDTH = 7  # box width / size_scale
+    VALID = 8  # 1.0 observed, 0.0 masked (every row is 0 where masked)
+    TYPE = 9  # ``ObjectType`` as float
+
+
+class RoadFeature(enum.IntEnum):
+    """Rows of ``Observation.road`` (axis -2): one road point, in the observer's frame.
+
+    Continuous rows first, then ``VALID`` and ``TYPE`` last (checked below).
+    """
+
+    X = 0  # position / road_radius
+    Y = 1
+    DIR_X = 2  # unit direction of the polyline
+    DIR_Y = 3
+    VALID = 4  # 1.0 observed, 0.0 masked (every row is 0 where masked)
+    TYPE = 5  # ``RoadType`` as float
+
+
+EGO_FEATURES = len(EgoFeature)
+PARTNER_FEATURES = len(PartnerFeature)
+ROAD_FEATURES = len(RoadFeature)
+
+
+def _check_schema(schema: type[enum.IntEnum], masked: bool) -> None:
+    """Rows are numbered 0..n-1 in definition order; token schemas end in VALID, TYPE."""
+    if [int(f) for f in schema] != list(range(len(schema))):
+        raise TypeError(f"{schema.__name__} rows must be numbered 0..n-1 in order.")
+    if masked and (schema["VALID"] != len(schema) - 2 or schema["TYPE"] != len(schema) - 1):
+        raise TypeError(f"{schema.__name__}: VALID and TYPE must be the last two rows.")
+
+
+_check_schema(EgoFeature, masked=False)
+_check_schema(PartnerFeature, masked=True)
+_check_schema(RoadFeature, masked=True)
+
+
 @struct.dataclass
 class Roadgraph:
     """Road points with type, direction and polyline id.
@@ -233,15 +301,18 @@ class Observation:
     """Ego-frame observation of every agent slot (normalised; see ``jaxdrive.env.observation``).
 
     Partner and road arrays are *feature-major*: one contiguous row of K (or M) values
-    per feature, which is what lets the simulator write them at memory speed. The last
-    two rows are the validity mask (1.0 / 0.0) and the type id (as float); masked
-    entries are zero in every row. ``partner_tokens`` and ``road_tokens`` give the usual
-    token-major view, and the ``*_mask`` / ``*_type`` properties the typed rows.
+    per feature, which is what lets the simulator write them at memory speed. Rows are
+    named by ``EgoFeature``, ``PartnerFeature`` and ``RoadFeature`` (read them by name:
+    ``obs.ego[..., EgoFeature.SPEED]``, ``obs.road[..., RoadFeature.DIR_X, :]``); the
+    last two partner and road rows are the validity mask (1.0 / 0.0) and the type id (as
+    float); masked entries are zero in every row. ``partner_tokens`` and ``road_tokens``
+    give the usual token-major view, and the ``*_mask`` / ``*_type`` properties the typed
+    rows.
 
     Attributes:
-      ego: (A, F_ego) float32.
-      partners: (A, F_partner, K) float32, the K nearest other agents.
-      road: (A, F_road, M) float32, the M nearest road points.
+      ego: (A, EGO_FEATURES) float32.
+      partners: (A, PARTNER_FEATURES, K) float32, the K nearest other agents.
+      road: (A, ROAD_FEATURES, M) float32, the M nearest road points.
     """
 
     ego: jax.Array
@@ -261,22 +332,22 @@ class Observation:
     @property
     def partner_mask(self) -> jax.Array:
         """(A, K) bool."""
-        return self.partners[..., -2, :] > 0.5
+        return self.partners[..., PartnerFeature.VALID, :] > 0.5
 
     @property
     def partner_type(self) -> jax.Array:
         """(A, K) int32, ``ObjectType`` (0 where masked)."""
-        return self.partners[..., -1, :].astype(jnp.int32)
+        return self.partners[..., PartnerFeature.TYPE, :].astype(jnp.int32)
 
     @property
     def road_mask(self) -> jax.Array:
         """(A, M) bool."""
-        return self.road[..., -2, :] > 0.5
+        return self.road[..., RoadFeature.VALID, :] > 0.5
 
     @property
     def road_type(self) -> jax.Array:
         """(A, M) int32, ``RoadType`` (0 where masked)."""
-        return self.road[..., -1, :].astype(jnp.int32)
+        return self.road[..., RoadFeature.TYPE, :].astype(jnp.int32)
 
 
 def tree_stack(trees):

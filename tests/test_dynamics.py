@@ -1,5 +1,6 @@
 """Tests for jaxdrive.sim.dynamics: hand-computed steps, grids, inverses, invariants, errors."""
 
+import dataclasses
 import math
 
 import jax
@@ -11,7 +12,9 @@ from jaxdrive.config import ConfigError
 from jaxdrive.sim import dynamics as dyn
 from jaxdrive.sim.dynamics import (
     DYNAMICS_MODELS,
+    BicycleConfig,
     BicycleModel,
+    DeltaLocalConfig,
     DeltaLocalModel,
     DynamicsConfig,
     apply_action,
@@ -134,7 +137,7 @@ def test_bicycle_no_reverse_by_default():
 
 def test_bicycle_reverse_when_allowed():
     # max_reverse_speed = 5: v0 = 0, a = -6 -> v1 = -0.6, average -0.3 -> x = -0.03.
-    model = make_dynamics(DynamicsConfig(max_reverse_speed=5.0))
+    model = make_dynamics(DynamicsConfig(bicycle=BicycleConfig(max_reverse_speed=5.0)))
     s = step1(model, one(0.0, 0.0, 0.0, 0.0), [-6.0, 0.0])
     np.testing.assert_allclose(s.speed[0], -0.6, atol=1e-6)
     np.testing.assert_allclose(s.xy[0], [-0.03, 0.0], atol=1e-6)
@@ -360,44 +363,78 @@ def test_models_are_hashable_static_args():
 
 
 def test_config_defaults_and_from_dict():
-    c = DynamicsConfig.from_dict({"model": "delta_local", "dt": 0.2, "max_dx": 5.0})
-    assert (c.model, c.dt, c.max_dx, c.action_space) == ("delta_local", 0.2, 5.0, "discrete")
+    c = DynamicsConfig.from_dict({"model": "delta_local", "dt": 0.2,
+                                  "delta_local": {"max_dx": 5.0}})
+    assert (c.model, c.dt, c.delta_local.max_dx, c.action_space) == (
+        "delta_local", 0.2, 5.0, "discrete")
+    assert c.bicycle == BicycleConfig()
     m = make_dynamics(c)
-    assert isinstance(m, DeltaLocalModel) and m.dt == 0.2 and m.max_dx == 5.0
+    assert isinstance(m, DeltaLocalModel) and m.dt == 0.2 and m.config.max_dx == 5.0
+    assert m.config == c.delta_local
+    b = make_dynamics(DynamicsConfig.from_dict({"dt": 0.05, "bicycle": {"max_steer": 0.5}}))
+    assert isinstance(b, BicycleModel) and b.dt == 0.05 and b.config.max_steer == 0.5
     assert isinstance(make_dynamics(DynamicsConfig()), BicycleModel)
     assert DynamicsConfig.from_dict(c.to_dict()) == c
+    assert set(c.to_dict()) == {"model", "dt", "action_space", "bicycle", "delta_local"}
 
 
 @pytest.mark.parametrize(
-    "kwargs, key",
+    "data, key",
     [
         ({"model": "bicyle"}, "model"),
         ({"action_space": "box"}, "action_space"),
-        ({"max_steer": 0.0}, "max_steer"),
-        ({"max_steer": 2.0}, "max_steer"),
-        ({"max_accel": -1.0}, "max_accel"),
-        ({"min_accel": 1.0}, "min_accel"),
-        ({"min_accel": 0.0}, "min_accel"),
         ({"dt": 0.0}, "dt"),
-        ({"max_speed": 0.0}, "max_speed"),
-        ({"max_reverse_speed": -1.0}, "max_reverse_speed"),
-        ({"accel_bins": 6}, "accel_bins"),
-        ({"steer_bins": 1}, "steer_bins"),
-        ({"dx_bins": 2.5}, "dx_bins"),
-        ({"max_dyaw": 4.0}, "max_dyaw"),
-        ({"max_dy": 0.0}, "max_dy"),
+        ({"bicycle": {"max_steer": 0.0}}, "max_steer"),
+        ({"bicycle": {"max_steer": 2.0}}, "max_steer"),
+        ({"bicycle": {"max_accel": -1.0}}, "max_accel"),
+        ({"bicycle": {"min_accel": 1.0}}, "min_accel"),
+        ({"bicycle": {"min_accel": 0.0}}, "min_accel"),
+        ({"bicycle": {"max_speed": 0.0}}, "max_speed"),
+        ({"bicycle": {"max_reverse_speed": -1.0}}, "max_reverse_speed"),
+        ({"bicycle": {"accel_bins": 6}}, "accel_bins"),
+        ({"bicycle": {"steer_bins": 1}}, "steer_bins"),
+        ({"delta_local": {"dx_bins": 2.5}}, "dx_bins"),
+        ({"delta_local": {"max_dyaw": 4.0}}, "max_dyaw"),
+        ({"delta_local": {"max_dy": 0.0}}, "max_dy"),
+        ({"delta_local": {"min_accel": 0.0}}, "min_accel"),
     ],
 )
-def test_config_errors_name_the_key(kwargs, key):
+def test_config_errors_name_the_key(data, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
-        DynamicsConfig(**kwargs)
+        DynamicsConfig.from_dict(data)
+
+
+def test_config_sections_validate_on_construction():
+    with pytest.raises(ConfigError, match="'max_steer'"):
+        BicycleConfig(max_steer=2.0)
+    with pytest.raises(ConfigError, match="'dx_bins'"):
+        DeltaLocalConfig(dx_bins=4)
 
 
 def test_config_unknown_key_and_model_suggestion():
-    with pytest.raises(ConfigError, match="unknown config key 'max_stear'.*max_steer"):
-        DynamicsConfig.from_dict({"max_stear": 0.5})
+    with pytest.raises(ConfigError, match="unknown config key 'bicycle.max_stear'.*max_steer"):
+        DynamicsConfig.from_dict({"bicycle": {"max_stear": 0.5}})
     with pytest.raises(ConfigError, match="Did you mean 'bicycle'"):
         DynamicsConfig.from_dict({"model": "bicyle"})
+
+
+@pytest.mark.parametrize(
+    "key, new",
+    [
+        ("max_steer", r"'dynamics\.bicycle\.max_steer'"),
+        ("accel_bins", r"'dynamics\.bicycle\.accel_bins'"),
+        ("max_dx", r"'dynamics\.delta_local\.max_dx'"),
+        ("max_accel",
+         r"'dynamics\.bicycle\.max_accel' or 'dynamics\.delta_local\.max_accel'"),
+    ],
+)
+def test_old_flat_keys_name_their_new_key(key, new):
+    from jaxdrive.env import EnvConfig
+
+    with pytest.raises(ConfigError, match=rf"'dynamics\.{key}' has moved.*set {new}"):
+        EnvConfig.from_dict({"dynamics": {"model": "bicycle", key: 1.0}})
+    with pytest.raises(ConfigError, match=rf"'bicycle\.{key}'|'delta_local\.{key}'"):
+        DynamicsConfig.from_dict({key: 1.0})
 
 
 def test_register_refuses_duplicates():
@@ -441,3 +478,73 @@ def test_apply_action_wrong_shape_or_dtype():
     f = jax.jit(lambda s, a: apply_action(BICYCLE, cont, s, a, length))
     with pytest.raises(ValueError, match=r"expected \(\.\.\., A, action_dim\) = \(4, 2\)"):
         f(state, jnp.zeros((4, 3), jnp.float32))
+
+
+# ------------------------------------------------ controller conversion, injected models
+
+
+def test_action_from_accel_curvature_hand_computed():
+    accel = jnp.asarray([10.0, -100.0, 1.0])
+    curvature = jnp.asarray([0.1, 0.0, -0.1])
+    speed = jnp.asarray([10.0, 0.1, 5.0])
+    length = jnp.asarray([4.0, 4.0, 4.0])
+    # Bicycle, lr = 2: accel 10 -> 4, -100 -> -6; curvature 0.1 -> beta = asin(0.2) =
+    # 0.2013579, steer = atan(2 tan(beta)) = atan(0.4082483) = 0.3875967.
+    got = np.asarray(BICYCLE.action_from_accel_curvature(accel, curvature, speed, length))
+    np.testing.assert_allclose(got, [[4.0, 0.3875967], [-6.0, 0.0], [1.0, -0.3875967]],
+                               atol=1e-6)
+    # That steer turns at v * curvature: from 10 m/s at accel 4, the average speed is
+    # 10.2 and the yaw change 10.2 * 0.1 * 0.1 = 0.102.
+    s = step1(BICYCLE, one(0.0, 0.0, 0.0, 10.0), got[0])
+    np.testing.assert_allclose(s.yaw[0], 0.102, atol=1e-6)
+    # Delta-local: accel clipped to [-6, 4]; v1 = max(speed + accel dt, 0), dx = v1 dt,
+    # dyaw = curvature dx: (10.4 -> dx 1.04, dyaw 0.104), (0.1 - 0.6 -> 0), (5.1 -> 0.51,
+    # dyaw -0.051).
+    got = np.asarray(DELTA.action_from_accel_curvature(accel, curvature, speed, length))
+    np.testing.assert_allclose(got, [[1.04, 0.0, 0.104], [0.0, 0.0, 0.0],
+                                     [0.51, 0.0, -0.051]], atol=1e-6)
+    assert got.dtype == np.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class HalfAccelBicycle(BicycleModel):
+    """The bicycle model that realises half the commanded acceleration."""
+
+    def step(self, state, action, length):
+        action = jnp.asarray(action, jnp.float32) * jnp.asarray([0.5, 1.0], jnp.float32)
+        return super().step(state, action, length)
+
+
+def test_env_steps_with_an_injected_model():
+    from scenes import CAR, SMALL_ENV, SMALL_SCENARIO, straight_road
+
+    from jaxdrive.env import Env, EnvConfig
+    from jaxdrive.scenarios.pool import make_pool
+
+    config = EnvConfig.from_dict(dict(SMALL_ENV, control_mode="sdc",
+                                      dynamics={"action_space": "continuous"}))
+    scene = straight_road(SMALL_SCENARIO, [(0.0, -2.0, 0.0, 10.0, *CAR)])
+    pool = make_pool(jax.tree.map(lambda x: jnp.asarray(x)[None], scene), config.road_index)
+    action = jnp.zeros((SMALL_SCENARIO.max_agents, 2)).at[:, 0].set(2.0)
+    speeds = {}
+    for name, model in (("default", None),
+                        ("half", HalfAccelBicycle.from_config(config.dynamics))):
+        env = Env(config, dynamics=model)
+        assert env.dynamics == (model or BICYCLE)
+        assert env.action_shape == (2,) and env.num_actions == BICYCLE.num_actions
+        params = env.make_params(pool)
+        state, _ = env.reset_to(params, jnp.int32(0), jax.random.key(0))
+        state, _ = jax.jit(env.step)(params, state, action)
+        speeds[name] = float(state.agents.speed[0])
+    # 10 m/s, accel 2 for 0.1 s: 10.2 by default, 10.1 with the injected model.
+    np.testing.assert_allclose(speeds["default"], 10.2, atol=1e-5)
+    np.testing.assert_allclose(speeds["half"], 10.1, atol=1e-5)
+
+
+def test_env_rejects_an_injected_model_with_another_dt():
+    from jaxdrive.env import Env, EnvConfig
+
+    with pytest.raises(ConfigError, match=r"dt = 0\.2.*'dynamics\.dt' = 0\.1"):
+        Env(EnvConfig(), dynamics=BicycleModel(dt=0.2))
+    # A model without a dt steps by the config's.
+    Env(EnvConfig(), dynamics=DeltaLocalModel(dt=0.1))

@@ -199,9 +199,14 @@ SCORED = jnp.asarray([True, True, False, False])
 
 @pytest.fixture(scope="module")
 def sim():
+    # Enough road slots that both lane centres are observed (16 holds only edges here);
+    # the planning features do not read the observation, so this is for the policy only.
+    return make_sim({"num_partners": 3, "num_road": 64})
+
+
+def make_sim(observation, check_traces=True):
     cfg = dict(SMALL_ENV)
-    # Enough road slots that both lane centres are observed (16 holds only edges here).
-    cfg.update(control_mode="sdc", observation={"num_partners": 3, "num_road": 64},
+    cfg.update(control_mode="sdc", observation=observation,
                road_index=dict(SMALL_ENV["road_index"], road_per_cell=64))
     env = Env(EnvConfig.from_dict(cfg))
     scenes = [straight_road(SMALL_SCENARIO, a, goals=GOALS.get(name))
@@ -212,9 +217,11 @@ def sim():
     grid = np.asarray(env.dynamics.action_grid())
     zero = int(np.flatnonzero(np.all(grid == 0, axis=1))[0])
 
-    @chex.assert_max_traces(n=1)
     def features(p, prev, state, ts, scored):
         return planning_features(env.config, p, prev, state, ts, scored, CFG)
+
+    if check_traces:  # chex counts traces per function name: one sim per test module
+        features = chex.assert_max_traces(features, n=1)
 
     return env, params, jnp.full((N_AGENTS,), zero, jnp.int32), jax.jit(env.reset_to), \
         jax.jit(env.step), jax.jit(features)
@@ -310,3 +317,19 @@ def test_features_reject_a_dt_mismatch(sim):
     with pytest.raises(ConfigError, match="dt"):
         planning_features(env.config, params, None, None, None, SCORED,
                           PlanningConfig(dt=0.2))
+
+
+def test_features_do_not_depend_on_the_observation_config(sim):
+    # Eight road slots hold only road edges here and a 2 m radius masks most of them: the
+    # policy then observes no lane centre, yet the wrong-way term (and every other
+    # feature) is the same, read from the scenario's road index.
+    other = make_sim({"num_partners": 1, "num_road": 8, "road_radius": 2.0},
+                     check_traces=False)
+    for name in ("wrong_way", "moving"):
+        _, want = roll(sim, name, 12)
+        _, got = roll(other, name, 12)
+        for field in want.__dataclass_fields__:
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field),
+                                          err_msg=f"{name}: {field}")
+    _, f = roll(other, "wrong_way", 12)
+    np.testing.assert_allclose(f.wrong_way_distance[:, 0], 1.0, rtol=1e-5)

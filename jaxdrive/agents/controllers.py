@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
-from jaxdrive.types import RoadType
+from jaxdrive.types import EgoFeature, PartnerFeature, RoadFeature, RoadType
 
 
 def _nearest_grid_action(env: Env, cont: jax.Array) -> jax.Array:
@@ -25,22 +25,14 @@ def _nearest_grid_action(env: Env, cont: jax.Array) -> jax.Array:
 def _to_env_action(
     env: Env, accel: jax.Array, curvature: jax.Array, speed: jax.Array, length: jax.Array
 ):
-    """(A,) target acceleration and path curvature -> the env's action (A,) or (A, D)."""
-    dyn = env.config.dynamics
-    if dyn.model == "bicycle":
-        # Centre-referenced bicycle with rear axle at length/2 (see sim/dynamics.py):
-        # yaw rate = v / lr * sin(beta) and tan(steer) = 2 tan(beta). For a yaw rate of
-        # v * curvature: beta = asin(curvature * lr).
-        lr = 0.5 * jnp.maximum(length, 0.1)
-        beta = jnp.arcsin(jnp.clip(curvature * lr, -0.99, 0.99))
-        cont = jnp.stack([accel, jnp.arctan(2.0 * jnp.tan(beta))], axis=-1)
-    else:
-        v1 = jnp.maximum(speed + accel * dyn.dt, 0.0)
-        step = v1 * dyn.dt
-        cont = jnp.stack([step, jnp.zeros_like(step), curvature * step], axis=-1)
-    model = env.dynamics
-    cont = jnp.clip(cont, model.action_low, model.action_high)
-    if dyn.action_space == "continuous":
+    """(A,) target acceleration and path curvature -> the env's action (A,) or (A, D).
+
+    The env's dynamics model converts the targets (``action_from_accel_curvature``,
+    which also clips the acceleration to the model's bounds); a discrete action space
+    then takes the nearest grid action.
+    """
+    cont = env.dynamics.action_from_accel_curvature(accel, curvature, speed, length)
+    if env.config.dynamics.action_space == "continuous":
         return cont.astype(jnp.float32)
     return _nearest_grid_action(env, cont)
 
@@ -57,24 +49,25 @@ def lane_follow(
     1.5 s gap behind a partner ahead in the same lane.
     """
     ocfg = env.config.observation
-    dyn = env.config.dynamics
 
     def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
         del params, state, key
         obs = timestep.obs
-        speed = obs.ego[:, 0] * ocfg.speed_scale
-        goal = obs.ego[:, 3:5] * ocfg.goal_scale  # ego frame
-        goal_dist = obs.ego[:, 5] * ocfg.goal_scale
+        ego = obs.ego  # (A, EGO_FEATURES)
+        speed = ego[:, EgoFeature.SPEED] * ocfg.speed_scale
+        goal = jnp.stack([ego[:, EgoFeature.GOAL_X], ego[:, EgoFeature.GOAL_Y]],
+                         axis=-1) * ocfg.goal_scale  # ego frame
+        goal_dist = ego[:, EgoFeature.GOAL_DISTANCE] * ocfg.goal_scale
         look = jnp.maximum(min_lookahead, lookahead_time * speed)
 
-        road = obs.road_tokens  # (A, M, F)
-        pts = road[..., :2] * ocfg.road_radius
-        dirs = road[..., 2:4]
+        road = obs.road  # (A, ROAD_FEATURES, M)
+        pts = jnp.stack([road[:, RoadFeature.X], road[:, RoadFeature.Y]],
+                        axis=-1) * ocfg.road_radius  # (A, M, 2)
         dist = jnp.linalg.norm(pts, axis=-1)
         ok = (
             obs.road_mask
             & (obs.road_type == RoadType.LANE_CENTER)
-            & (dirs[..., 0] > 0.5)
+            & (road[:, RoadFeature.DIR_X] > 0.5)
             & (pts[..., 0] > 1.0)
             & (jnp.abs(dist - look[:, None]) < 3.0)
         )
@@ -88,15 +81,18 @@ def lane_follow(
 
         # Longitudinal: cruise, brake for the goal, keep a gap to the leader.
         v_goal = jnp.sqrt(2.0 * 2.0 * jnp.maximum(goal_dist - 1.0, 0.0)) + 1.0
-        partners = obs.partner_tokens  # (A, K, F)
-        rel = partners[..., :2] * ocfg.partner_radius
-        half_len = 0.5 * partners[..., 6] * ocfg.size_scale
-        ahead = obs.partner_mask & (rel[..., 0] > 0) & (jnp.abs(rel[..., 1]) < 2.2)
-        gap = jnp.min(jnp.where(ahead, rel[..., 0] - half_len - 2.5, jnp.inf), axis=-1)
+        partners = obs.partners  # (A, PARTNER_FEATURES, K)
+        rel_x = partners[:, PartnerFeature.X] * ocfg.partner_radius
+        rel_y = partners[:, PartnerFeature.Y] * ocfg.partner_radius
+        half_len = 0.5 * partners[:, PartnerFeature.LENGTH] * ocfg.size_scale
+        ahead = obs.partner_mask & (rel_x > 0) & (jnp.abs(rel_y) < 2.2)
+        gap = jnp.min(jnp.where(ahead, rel_x - half_len - 2.5, jnp.inf), axis=-1)
         v_gap = jnp.maximum(gap - 2.0, 0.0) / 1.5
         target_speed = jnp.minimum(jnp.minimum(max_speed, v_goal), v_gap)
-        accel = jnp.clip((target_speed - speed) / 0.5, dyn.min_accel, dyn.max_accel)
-        return _to_env_action(env, accel, curvature, speed, obs.ego[:, 1] * ocfg.size_scale)
+        # The model clips the acceleration to its own bounds.
+        accel = (target_speed - speed) / 0.5
+        length = ego[:, EgoFeature.LENGTH] * ocfg.size_scale
+        return _to_env_action(env, accel, curvature, speed, length)
 
     return act
 

@@ -20,24 +20,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.env.observation import EGO_FEATURES, PARTNER_FEATURES, ROAD_FEATURES
 from jaxdrive.models.policy import Policy, PolicyConfig, param_count
-from jaxdrive.types import Observation
+from jaxdrive.types import (
+    EGO_FEATURES,
+    PARTNER_FEATURES,
+    ROAD_FEATURES,
+    Observation,
+    PartnerFeature,
+    RoadFeature,
+)
 
 
 def random_observation(key, lead, partners, road_obs) -> Observation:
     """Observation with normal features and ~70% valid tokens of random types."""
     k = jax.random.split(key, 5)
+    p_valid = (jax.random.uniform(k[1], lead + (partners,)) < 0.7).astype(jnp.float32)
+    p_type = jax.random.randint(k[1], lead + (partners,), 1, 5).astype(jnp.float32)
     p = jax.random.normal(k[0], lead + (PARTNER_FEATURES, partners), jnp.float32)
-    p = p.at[..., -2, :].set((jax.random.uniform(k[1], lead + (partners,)) < 0.7)
-                             .astype(jnp.float32))
-    p = p.at[..., -1, :].set(jax.random.randint(k[1], lead + (partners,), 1, 5)
-                             .astype(jnp.float32))
+    p = p.at[..., PartnerFeature.VALID, :].set(p_valid)
+    p = p.at[..., PartnerFeature.TYPE, :].set(p_type)
+    r_valid = (jax.random.uniform(k[3], lead + (road_obs,)) < 0.7).astype(jnp.float32)
+    r_type = jax.random.randint(k[3], lead + (road_obs,), 1, 8).astype(jnp.float32)
     r = jax.random.normal(k[2], lead + (ROAD_FEATURES, road_obs), jnp.float32)
-    r = r.at[..., -2, :].set((jax.random.uniform(k[3], lead + (road_obs,)) < 0.7)
-                             .astype(jnp.float32))
-    r = r.at[..., -1, :].set(jax.random.randint(k[3], lead + (road_obs,), 1, 8)
-                             .astype(jnp.float32))
+    r = r.at[..., RoadFeature.VALID, :].set(r_valid)
+    r = r.at[..., RoadFeature.TYPE, :].set(r_type)
     return Observation(ego=jax.random.normal(k[4], lead + (EGO_FEATURES,), jnp.float32),
                        partners=p, road=r)
 

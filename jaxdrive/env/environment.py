@@ -45,7 +45,7 @@ from jaxdrive.scenarios.base import validate_scenario
 from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.sim import behaviors
 from jaxdrive.sim.behaviors import REMOVED_XY, park_removed, select
-from jaxdrive.sim.dynamics import DynamicsModel, apply_action, make_dynamics
+from jaxdrive.sim.dynamics import DynamicsModel, apply_action, check_model, make_dynamics
 from jaxdrive.sim.trials import TrialStats, advance_clock
 from jaxdrive.types import AgentState, EntityKind, Observation, RoadType, Role
 
@@ -60,7 +60,11 @@ class Env:
 
     Args:
       config: ``EnvConfig`` (default ``EnvConfig()``).
-      dynamics: a dynamics model to use instead of ``make_dynamics(config.dynamics)``.
+      dynamics: a dynamics model object (see ``jaxdrive.sim.dynamics.DynamicsModel``) to
+        step controlled agents with, in place of ``make_dynamics(config.dynamics)``; it
+        also defines the action shape and grid, and controllers read it as
+        ``env.dynamics``. Its ``dt``, if it has one, must equal ``config.dynamics.dt``
+        (``check_model``).
 
     The env snapshots the metric registry (``jaxdrive.metrics.registry``) when built:
     its ``StepMetrics`` and ``EpisodeStats`` hold every metric registered by then.
@@ -69,8 +73,8 @@ class Env:
     def __init__(self, config: EnvConfig | None = None,
                  dynamics: DynamicsModel | None = None):
         self.config = config or EnvConfig()
-        self.dynamics = dynamics if dynamics is not None else make_dynamics(
-            self.config.dynamics)
+        self.dynamics = (make_dynamics(self.config.dynamics) if dynamics is None
+                         else check_model(dynamics, self.config.dynamics))
         self.metrics = registry.metrics()
         self._controlled_types = tuple(
             OBJECT_TYPE_NAMES[n] for n in self.config.controlled_types

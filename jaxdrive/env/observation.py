@@ -1,6 +1,9 @@
 """Ego-frame observations: ego state, nearest partners, nearest road points, with masks.
 
-Features (all in the observing agent's frame: x forward, y left; normalised):
+Features (all in the observing agent's frame: x forward, y left; normalised). The rows
+are named once, in ``jaxdrive.types`` (``EgoFeature``, ``PartnerFeature``,
+``RoadFeature``); this module writes every row by name, so a row added to an enum and
+not written here is an error, never a silent shift:
 
 - ego (``EGO_FEATURES`` = 8): speed / speed_scale, length / size_scale,
   width / size_scale, goal x / goal_scale, goal y / goal_scale,
@@ -28,11 +31,29 @@ from jaxdrive import geometry
 from jaxdrive.config import ConfigBase, check_int, check_range
 from jaxdrive.scenarios import road_index
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.types import AgentState, Observation
+from jaxdrive.scenarios.road_index import PointRow
+from jaxdrive.types import (
+    EGO_FEATURES,
+    PARTNER_FEATURES,
+    ROAD_FEATURES,
+    AgentState,
+    EgoFeature,
+    Observation,
+    PartnerFeature,
+    RoadFeature,
+)
 
-EGO_FEATURES = 8
-PARTNER_FEATURES = 10
-ROAD_FEATURES = 6
+__all__ = ["EGO_FEATURES", "PARTNER_FEATURES", "ROAD_FEATURES", "ObservationConfig",
+           "observe"]
+
+
+def _in_schema_order(schema, rows: dict) -> list:
+    """``rows`` (feature -> array) as a list in the schema's row order; every feature of
+    the schema must be written exactly once."""
+    if set(rows) != set(schema):
+        missing = sorted(f.name for f in set(schema) - set(rows))
+        raise ValueError(f"{schema.__name__} rows not written: {missing}")
+    return [rows[f] for f in schema]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,19 +120,17 @@ def observe(
 def _ego_features(config, agents, length, width, goal):
     goal_local = geometry.to_local(goal, agents.xy, agents.yaw)
     goal_dist = jnp.linalg.norm(goal - agents.xy, axis=-1)
-    return jnp.stack(
-        [
-            agents.speed / config.speed_scale,
-            length / config.size_scale,
-            width / config.size_scale,
-            goal_local[:, 0] / config.goal_scale,
-            goal_local[:, 1] / config.goal_scale,
-            goal_dist / config.goal_scale,
-            agents.steer,
-            agents.accel / config.speed_scale,
-        ],
-        axis=-1,
-    ).astype(jnp.float32)
+    rows = {
+        EgoFeature.SPEED: agents.speed / config.speed_scale,
+        EgoFeature.LENGTH: length / config.size_scale,
+        EgoFeature.WIDTH: width / config.size_scale,
+        EgoFeature.GOAL_X: goal_local[:, 0] / config.goal_scale,
+        EgoFeature.GOAL_Y: goal_local[:, 1] / config.goal_scale,
+        EgoFeature.GOAL_DISTANCE: goal_dist / config.goal_scale,
+        EgoFeature.STEER: agents.steer,
+        EgoFeature.ACCEL: agents.accel / config.speed_scale,
+    }
+    return jnp.stack(_in_schema_order(EgoFeature, rows), axis=-1).astype(jnp.float32)
 
 
 def _partner_features(config, agents, visible, length, width, obj_type, trig):
@@ -132,19 +151,20 @@ def _partner_features(config, agents, visible, length, width, obj_type, trig):
     ok = visible[None, :] & visible[:, None] & (dist2 <= config.partner_radius**2)
     okf = ok.astype(jnp.float32)
     ones = jnp.ones((a, 1), jnp.float32)
-    rows = [
-        (c * dx + s * dy) / config.partner_radius,
-        (-s * dx + c * dy) / config.partner_radius,
-        pc * c + ps * s,  # cos(partner yaw - ego yaw)
-        ps * c - pc * s,  # sin(partner yaw - ego yaw)
-        (c * dvx + s * dvy) / config.speed_scale,
-        (-s * dvx + c * dvy) / config.speed_scale,
-        ones * (length / config.size_scale)[None, :],
-        ones * (width / config.size_scale)[None, :],
-        ones * jnp.ones((1, a), jnp.float32),
-        ones * obj_type.astype(jnp.float32)[None, :],
-    ]
-    full = jnp.stack([r * okf for r in rows], axis=1)  # (A, F, A)
+    rows = {
+        PartnerFeature.X: (c * dx + s * dy) / config.partner_radius,
+        PartnerFeature.Y: (-s * dx + c * dy) / config.partner_radius,
+        PartnerFeature.COS_YAW: pc * c + ps * s,  # cos(partner yaw - ego yaw)
+        PartnerFeature.SIN_YAW: ps * c - pc * s,  # sin(partner yaw - ego yaw)
+        PartnerFeature.VEL_X: (c * dvx + s * dvy) / config.speed_scale,
+        PartnerFeature.VEL_Y: (-s * dvx + c * dvy) / config.speed_scale,
+        PartnerFeature.LENGTH: ones * (length / config.size_scale)[None, :],
+        PartnerFeature.WIDTH: ones * (width / config.size_scale)[None, :],
+        PartnerFeature.VALID: ones * jnp.ones((1, a), jnp.float32),
+        PartnerFeature.TYPE: ones * obj_type.astype(jnp.float32)[None, :],
+    }
+    full = jnp.stack([r * okf for r in _in_schema_order(PartnerFeature, rows)],
+                     axis=1)  # (A, F, A)
     # Drop each observer's own column: partner j of observer i is agent j + (j >= i),
     # a select between two shifted slices (no gather).
     later = (jnp.arange(a - 1)[None, :] >= jnp.arange(a)[:, None])[:, None, :]
@@ -152,7 +172,7 @@ def _partner_features(config, agents, visible, length, width, obj_type, trig):
     if k < a - 1:
         # Nearest K by distance; masked partners sort last.
         d2 = jnp.where(later[:, 0], dist2[:, 1:], dist2[:, :-1])
-        valid = feats[:, -2, :] > 0.5
+        valid = feats[:, PartnerFeature.VALID, :] > 0.5
         _, pick = jax.lax.top_k(jnp.where(valid, -d2, -jnp.inf), k)
         feats = jnp.take_along_axis(feats, pick[:, None, :], axis=2)
     return feats
@@ -165,21 +185,23 @@ def _road_features(config, pool, scenario_id, agents, trig):
     a = block.shape[0]
     cos, sin = trig
     c, s = cos[:, None, None], sin[:, None, None]
-    dx = block[:, 0] - agents.xy[:, 0, None, None]
-    dy = block[:, 1] - agents.xy[:, 1, None, None]
+    dx = block[:, PointRow.X] - agents.xy[:, 0, None, None]
+    dy = block[:, PointRow.Y] - agents.xy[:, 1, None, None]
     lx = c * dx + s * dy
     ly = -s * dx + c * dy
-    rtype = block[:, 4]
+    dir_x, dir_y = block[:, PointRow.DIR_X], block[:, PointRow.DIR_Y]
+    rtype = block[:, PointRow.TYPE]
     ok = (rtype >= 0) & (lx * lx + ly * ly <= config.road_radius**2)
-    rows = [
-        lx / config.road_radius,
-        ly / config.road_radius,
-        c * block[:, 2] + s * block[:, 3],
-        -s * block[:, 2] + c * block[:, 3],
-        jnp.ones_like(lx),
-        rtype,
-    ]
+    rows = {
+        RoadFeature.X: lx / config.road_radius,
+        RoadFeature.Y: ly / config.road_radius,
+        RoadFeature.DIR_X: c * dir_x + s * dir_y,
+        RoadFeature.DIR_Y: -s * dir_x + c * dir_y,
+        RoadFeature.VALID: jnp.ones_like(lx),
+        RoadFeature.TYPE: rtype,
+    }
     # Each row goes (A, k, S) -> (A, M) before the stack: XLA then writes every row with
     # one vectorised loop over M rather than short loops over S.
-    rows = [jnp.where(ok, r, 0.0).reshape(a, -1)[:, :m] for r in rows]
+    rows = [jnp.where(ok, r, 0.0).reshape(a, -1)[:, :m]
+            for r in _in_schema_order(RoadFeature, rows)]
     return jnp.stack(rows, axis=1).astype(jnp.float32)

@@ -31,6 +31,8 @@ from flax import struct
 
 from jaxdrive import geometry
 from jaxdrive.config import ConfigBase, ConfigError, check_range
+from jaxdrive.scenarios import road_index
+from jaxdrive.scenarios.road_index import PointRow
 from jaxdrive.types import RoadType
 
 F32 = jnp.float32
@@ -114,7 +116,8 @@ class PlanningStep:
       collision_any: bool, the agent's box overlaps another present agent's box.
       offroad: bool, a box corner beyond the road edges (the env's metric).
       wrong_way_distance: float32, metres moved against the nearest lane centre's
-        direction this step (0 when no lane centre is observed).
+        direction this step, from the scenario's road graph (see ``_wrong_way``; 0 when
+        the agent's grid cell lists no lane centre).
       min_ttc: float32, seconds to the first projected contact with any other agent
         within ``ttc_horizon``; +inf when none or when not moving forward.
       progress: float32, metres gained towards the goal this step.
@@ -174,7 +177,10 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
     into i). Pairs already in contact are left to the collision term.
 
     Wrong way: the step's displacement, in the post-step agent frame, against the
-    direction of the nearest observed LANE_CENTER point in ``timestep.obs.road``.
+    direction of the nearest LANE_CENTER point of the scenario's road graph among the
+    road index's candidates for the agent's grid cell (``_wrong_way``). It reads the
+    simulator's road data, never the policy's observation, so the observation config
+    does not change it.
 
     On a step that ends the episode (or trial), or removes an agent, the env has
     already replaced the post-step pose; the collision geometry then uses a one-step
@@ -183,7 +189,7 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
 
     Args:
       env_config: ``EnvConfig`` of the env (``dynamics.dt`` must equal ``config.dt``).
-      env_params: ``EnvParams`` (unused; kept so callers pass the env's full context).
+      env_params: ``EnvParams``; its pool's road index supplies the lane centres.
       prev_state: ``EnvState`` before the step.
       state, timestep: ``Env.step``'s outputs.
       scored: (A,) bool, agents to score (e.g. ``prev_state.ego``).
@@ -191,7 +197,6 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
     Returns:
       ``PlanningStep`` with (A,) fields.
     """
-    del env_params
     config = config or PlanningConfig()
     dt = float(env_config.dynamics.dt)
     if abs(config.dt - dt) > 1e-9:
@@ -233,7 +238,8 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
         min_ttc = _min_ttc(config, xy, yaw, speed, length, width, here, trig, hit)
         min_ttc = jnp.where(kinematic & (speed > STATIONARY_SPEED), min_ttc, jnp.inf)
 
-        wrong_way = _wrong_way(timestep.obs, post.xy - prev.xy, post.yaw)
+        wrong_way = _wrong_way(env_params.pool.road_index, state.scenario_id, post.xy,
+                               post.xy - prev.xy, post.yaw)
         wrong_way = jnp.where(kinematic, wrong_way, 0.0)
 
         return PlanningStep(
@@ -272,19 +278,37 @@ def _min_ttc(config, xy, yaw, speed, length, width, valid, trig, touching):
     return jnp.min(jnp.where(counts, times[first], jnp.inf), axis=-1).astype(F32)
 
 
-def _wrong_way(obs, displacement, yaw):
-    """(A,) float32: metres of ``displacement`` (A, 2, world) against the nearest
-    observed lane centre's direction; ``obs`` is in the frame of heading ``yaw``."""
-    road = obs.road  # (A, F, M): rows x, y, dir x, dir y, valid, type
-    lane = obs.road_mask & (obs.road_type == RoadType.LANE_CENTER)
-    # Normalised positions keep the ordering of distances.
-    d2 = jnp.where(lane, road[:, 0] ** 2 + road[:, 1] ** 2, jnp.inf)
+def _wrong_way(index, scenario_id, xy, displacement, yaw):
+    """(A,) float32: metres of ``displacement`` against the nearest lane centre's direction.
+
+    The lane centres searched are fixed by the scenario's road index, not by any
+    observation setting: every point of the chunks listed for the grid cell of ``xy``
+    (``road_per_cell`` points, the chunks nearest the cell centre), with no radius. The
+    nearest LANE_CENTER point among them gives the direction; 0 where there is none.
+
+    Args:
+      index: the pool's ``RoadIndex``; scenario_id: () int32.
+      xy: (A, 2) post-step positions, world frame.
+      displacement: (A, 2) the step's displacement, world frame.
+      yaw: (A,) post-step headings.
+    """
+    block = road_index.road_block(index, xy, index.road_per_cell, scenario_id)  # (A, 5, k, S)
+    a = block.shape[0]
+    row = lambda r: block[:, r].reshape(a, -1)  # (A, k * S)
+    lane = row(PointRow.TYPE) == RoadType.LANE_CENTER
+    dx = row(PointRow.X) - xy[:, 0, None]
+    dy = row(PointRow.Y) - xy[:, 1, None]
+    d2 = jnp.where(lane, dx * dx + dy * dy, jnp.inf)
     nearest = jnp.argmin(d2, axis=-1)
-    pick = lambda row: jnp.take_along_axis(road[:, row], nearest[:, None], axis=1)[:, 0]
+    pick = lambda v: jnp.take_along_axis(v, nearest[:, None], axis=1)[:, 0]
+    dir_x, dir_y = pick(row(PointRow.DIR_X)), pick(row(PointRow.DIR_Y))
     c, s = jnp.cos(yaw), jnp.sin(yaw)
+    # The lane direction and the displacement, both in the frame of heading ``yaw``.
+    lane_fwd = c * dir_x + s * dir_y
+    lane_left = -s * dir_x + c * dir_y
     fwd = c * displacement[:, 0] + s * displacement[:, 1]
     left = -s * displacement[:, 0] + c * displacement[:, 1]
-    along = fwd * pick(2) + left * pick(3)
+    along = fwd * lane_fwd + left * lane_left
     return jnp.where(jnp.any(lane, axis=-1), jnp.maximum(-along, 0.0), 0.0).astype(F32)
 
 

@@ -21,16 +21,23 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from jaxdrive.env.observation import EGO_FEATURES
 from jaxdrive.models.softmax import joint_softmax
-from jaxdrive.types import ObjectType, Observation, RoadType
+from jaxdrive.types import (
+    EGO_FEATURES,
+    ObjectType,
+    Observation,
+    PartnerFeature,
+    RoadFeature,
+    RoadType,
+)
 
 NUM_OBJECT_TYPES = len(ObjectType)
 NUM_ROAD_TYPES = len(RoadType)
-# Rows of the feature-major partner / road arrays that are continuous features (then
-# the valid flag, then the type id).
-PARTNER_CONTINUOUS = 8
-ROAD_CONTINUOUS = 4
+# The feature-major partner / road arrays hold their continuous rows first, then the
+# valid flag, then the type id (``jaxdrive.types`` checks that layout): the continuous
+# rows are those before VALID.
+PARTNER_CONTINUOUS = int(PartnerFeature.VALID)
+ROAD_CONTINUOUS = int(RoadFeature.VALID)
 
 
 class TokenEmbed(nn.Module):
@@ -50,10 +57,10 @@ class TokenEmbed(nn.Module):
 
 
 def partner_tokens(obs: Observation):
-    """(..., K, 8) continuous features, (..., K) type ids, (..., K) valid."""
+    """(..., K, PARTNER_CONTINUOUS) continuous features, (..., K) type ids, (..., K) valid."""
     p = jnp.swapaxes(obs.partners, -1, -2)
-    types = jnp.clip(p[..., -1].astype(jnp.int32), 0, NUM_OBJECT_TYPES - 1)
-    return p[..., :PARTNER_CONTINUOUS], types, p[..., -2] > 0.5
+    types = jnp.clip(p[..., PartnerFeature.TYPE].astype(jnp.int32), 0, NUM_OBJECT_TYPES - 1)
+    return p[..., :PARTNER_CONTINUOUS], types, p[..., PartnerFeature.VALID] > 0.5
 
 
 def road_group_tokens(obs: Observation, group: int):
@@ -71,11 +78,13 @@ def road_group_tokens(obs: Observation, group: int):
     if pad:
         r = jnp.pad(r, [(0, 0)] * (r.ndim - 1) + [(0, pad)])
     r = r.reshape(r.shape[:-1] + ((m + pad) // group, group))
-    r = jnp.moveaxis(r, -2, -3)  # (..., M/G, 6, G)
-    valid = r[..., -2, :] > 0.5
+    r = jnp.moveaxis(r, -2, -3)  # (..., M/G, ROAD_FEATURES, G)
+    valid = r[..., RoadFeature.VALID, :] > 0.5
+    # The continuous rows and the valid flag (rows 0..VALID) of each point.
     n_feat = (ROAD_CONTINUOUS + 1) * group
-    feats = r[..., :ROAD_CONTINUOUS + 1, :].reshape(r.shape[:-2] + (n_feat,))
-    types = jnp.max(jnp.where(valid, r[..., -1, :].astype(jnp.int32), 0), axis=-1)
+    feats = r[..., :RoadFeature.VALID + 1, :].reshape(r.shape[:-2] + (n_feat,))
+    types = jnp.max(jnp.where(valid, r[..., RoadFeature.TYPE, :].astype(jnp.int32), 0),
+                    axis=-1)
     return feats, jnp.clip(types, 0, NUM_ROAD_TYPES - 1), jnp.any(valid, axis=-1)
 
 

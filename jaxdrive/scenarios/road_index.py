@@ -25,6 +25,7 @@ over its map and store, per cell:
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import NamedTuple
 
@@ -35,6 +36,16 @@ from flax import struct
 from jaxdrive import geometry
 from jaxdrive.config import ConfigBase, ConfigError, check_int, check_range
 from jaxdrive.types import Roadgraph, RoadType
+
+
+class PointRow(enum.IntEnum):
+    """Feature rows of ``RoadIndex.points`` and of ``road_block``'s output (world frame)."""
+
+    X = 0
+    Y = 1
+    DIR_X = 2  # unit direction to the next point of the polyline
+    DIR_Y = 3
+    TYPE = 4  # ``RoadType`` as float; -1 marks padding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +96,7 @@ class RoadIndex:
       road: (C, K) int32, ids of the K = M / S chunks nearest each cell centre, nearest
         first; padded with the id of the trailing all-padding chunk.
       points: (5, R / S + 1, S) float32, road points per chunk, feature-major: rows
-        x, y, direction x, direction y, type; type -1 marks padding, and the last
+        ``PointRow`` (x, y, direction x, direction y, type); type -1 marks padding, and the last
         chunk is all padding. Feature-major so that a lookup yields contiguous rows
         per feature, which the observation's loops read with vector loads.
       edges: (C, 5, E) float32, candidate edge segments per cell as rows
@@ -205,18 +216,21 @@ def _nearest_chunks(
 
 
 def _chunk_points(roadgraph: Roadgraph, size: int) -> jax.Array:
-    """(R,) road points -> (5, R / S + 1, S) float32 feature-major chunks (x, y,
-    direction x, direction y, type; -1 padding, the last chunk all padding)."""
+    """(R,) road points -> (len(PointRow), R / S + 1, S) float32 feature-major chunks in
+    ``PointRow`` order (-1 padding, the last chunk all padding)."""
     xy, valid = roadgraph.xy, roadgraph.valid
     r = roadgraph.num_points
     num_chunks = -(-r // size)
     pad = num_chunks * size - r
-    packed = jnp.concatenate(
-        [xy, roadgraph.dir, jnp.where(valid, roadgraph.type, -1).astype(jnp.float32)[:, None]],
-        axis=-1,
-    )
+    columns = {
+        PointRow.X: xy[:, 0], PointRow.Y: xy[:, 1],
+        PointRow.DIR_X: roadgraph.dir[:, 0], PointRow.DIR_Y: roadgraph.dir[:, 1],
+        PointRow.TYPE: jnp.where(valid, roadgraph.type, -1).astype(jnp.float32),
+    }
+    packed = jnp.stack([columns[row] for row in PointRow], axis=-1)
     packed = jnp.pad(packed, ((0, pad + size), (0, 0)), constant_values=-1.0)
-    return packed.reshape(num_chunks + 1, size, 5).transpose(2, 0, 1).astype(jnp.float32)
+    points = packed.reshape(num_chunks + 1, size, len(PointRow)).transpose(2, 0, 1)
+    return points.astype(jnp.float32)
 
 
 class _Segments(NamedTuple):
@@ -436,8 +450,8 @@ def road_block(
       count: road points wanted; the first ``k = ceil(count / S)`` chunks are returned
         (at most the cell's list).
     Returns:
-      (..., 5, k, S) float32 rows (x, y, direction x, direction y, type) of the k
-      chunks; type -1 marks padding.
+      (..., 5, k, S) float32 rows (``PointRow``: x, y, direction x, direction y, type)
+      of the k chunks, world frame; type -1 marks padding.
     """
     size = index.points.shape[-1]
     k = min(-(-count // size), index.road.shape[-1])
@@ -445,8 +459,9 @@ def road_block(
     chunks = _at(index.road, scenario_id, cell)[..., :k]  # (..., k)
     # One gather of (feature, chunk) rows straight into (..., 5, k, S): batch dims in
     # output order, so XLA emits it without a transpose.
-    shape = chunks.shape[:-1] + (5, k)
-    idx = [jnp.broadcast_to(jnp.arange(5, dtype=jnp.int32)[:, None], shape),
+    rows = len(PointRow)
+    shape = chunks.shape[:-1] + (rows, k)
+    idx = [jnp.broadcast_to(jnp.arange(rows, dtype=jnp.int32)[:, None], shape),
            jnp.broadcast_to(chunks[..., None, :], shape)]
     if scenario_id is not None:
         idx.insert(0, jnp.broadcast_to(jnp.asarray(scenario_id, jnp.int32), shape))

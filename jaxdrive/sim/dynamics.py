@@ -15,17 +15,25 @@ pass as a static jit argument) with
   (first component varies slowest, so ``index = i0 * n1 * n2 + i1 * n2 + i2``);
 - ``action_low`` / ``action_high``: (action_dim,) float32 bounds of continuous actions;
 - ``inverse(prev, next_xy, next_yaw, next_speed, length) -> (..., A, action_dim)``: the
-  continuous action that best reproduces a logged transition.
+  continuous action that best reproduces a logged transition;
+- ``action_from_accel_curvature(accel, curvature, speed, length) -> (..., A, action_dim)``:
+  the continuous action that best realises a target acceleration and path curvature (what
+  built-in controllers such as lane following produce), clipped to the action bounds.
 
-Models:
+Models, each configured by its own section of ``DynamicsConfig``:
 
-- ``"bicycle"`` (``BicycleModel``): action ``(accel m/s^2, steer rad)``; see ``BicycleModel``.
-- ``"delta_local"`` (``DeltaLocalModel``): action ``(dx m, dy m, dyaw rad)`` per step in the
-  agent's frame; see ``DeltaLocalModel``.
+- ``"bicycle"`` (``BicycleModel``, ``dynamics.bicycle``: ``BicycleConfig``): action
+  ``(accel m/s^2, steer rad)``; see ``BicycleModel``.
+- ``"delta_local"`` (``DeltaLocalModel``, ``dynamics.delta_local``: ``DeltaLocalConfig``):
+  action ``(dx m, dy m, dyaw rad)`` per step in the agent's frame; see ``DeltaLocalModel``.
 
-New models are added with ``register(name, factory)``; ``make_dynamics(config)`` builds the
-one named by ``DynamicsConfig.model``. ``apply_action`` steps with either discrete indices or
-continuous actions according to ``DynamicsConfig.action_space``.
+``DynamicsConfig`` holds the keys common to every model (``model``, ``dt``,
+``action_space``) and one section per model; the sections of models not selected are
+validated but unused. New models are added with ``register(name, factory)``;
+``make_dynamics(config)`` builds the one named by ``DynamicsConfig.model``. An ``Env`` may
+also be given a model object directly (``Env(config, dynamics=model)``; see
+``check_model``). ``apply_action`` steps with either discrete indices or continuous
+actions according to ``DynamicsConfig.action_space``.
 """
 
 from __future__ import annotations
@@ -107,30 +115,20 @@ def _check_action(action: jax.Array, state: AgentState, action_dim: int, who: st
 
 
 @dataclasses.dataclass(frozen=True)
-class DynamicsConfig(ConfigBase):
-    """Dynamics model, time step, action space and action limits.
+class BicycleConfig(ConfigBase):
+    """Limits and action bins of the kinematic bicycle model (``dynamics.bicycle``).
 
     Attributes:
-      model: registered model name, ``"bicycle"`` or ``"delta_local"``.
-      dt: step length, seconds.
-      action_space: ``"discrete"`` (int index into ``action_grid()``) or ``"continuous"``.
-      max_accel: bicycle: largest acceleration, m/s^2 (> 0).
-      min_accel: bicycle: smallest acceleration, i.e. hardest braking, m/s^2 (< 0).
-      max_steer: bicycle: steering angle limit, rad; steer is clipped to ``+-max_steer``.
-      max_speed: bicycle: forward speed limit, m/s.
-      max_reverse_speed: bicycle: reverse speed limit, m/s (>= 0); speed is clipped to
+      max_accel: largest acceleration, m/s^2 (> 0).
+      min_accel: smallest acceleration, i.e. hardest braking, m/s^2 (< 0).
+      max_steer: steering angle limit, rad; steer is clipped to ``+-max_steer``.
+      max_speed: forward speed limit, m/s.
+      max_reverse_speed: reverse speed limit, m/s (>= 0); speed is clipped to
         ``[-max_reverse_speed, max_speed]``. The default 0 means no reversing: braking
         stops the agent.
-      accel_bins, steer_bins: bicycle: discrete bins per component (odd, >= 3).
-      max_dx, max_dy: delta_local: longitudinal / lateral displacement limit per step, m;
-        dx is clipped to ``+-max_dx``, dy to ``+-max_dy``.
-      max_dyaw: delta_local: yaw change limit per step, rad.
-      dx_bins, dy_bins, dyaw_bins: delta_local: discrete bins per component (odd, >= 3).
+      accel_bins, steer_bins: discrete bins per component (odd, >= 3).
     """
 
-    model: str = "bicycle"
-    dt: float = 0.1
-    action_space: str = "discrete"
     max_accel: float = 4.0
     min_accel: float = -6.0
     max_steer: float = 0.6
@@ -138,38 +136,106 @@ class DynamicsConfig(ConfigBase):
     max_reverse_speed: float = 0.0
     accel_bins: int = 7
     steer_bins: int = 13
+
+    def __post_init__(self):
+        _check_accel_limits(self.min_accel, self.max_accel)
+        # tan(steer) diverges at pi/2.
+        check_range("max_steer", self.max_steer, 0.0, 1.5, lo_open=True)
+        check_range("max_speed", self.max_speed, 0.0, 200.0, lo_open=True)
+        check_range("max_reverse_speed", self.max_reverse_speed, 0.0, 200.0)
+        for name in ("accel_bins", "steer_bins"):
+            _check_bins(name, getattr(self, name))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaLocalConfig(ConfigBase):
+    """Limits and action bins of the local-frame delta model (``dynamics.delta_local``).
+
+    Attributes:
+      max_dx, max_dy: longitudinal / lateral displacement limit per step, m; dx is
+        clipped to ``+-max_dx``, dy to ``+-max_dy``.
+      max_dyaw: yaw change limit per step, rad.
+      dx_bins, dy_bins, dyaw_bins: discrete bins per component (odd, >= 3).
+      max_accel, min_accel: m/s^2, the bounds a controller's target acceleration is
+        clipped to when ``action_from_accel_curvature`` turns it into a displacement.
+        The model itself steps displacements; these do not bound a policy's actions.
+    """
+
     max_dx: float = 3.0
     max_dy: float = 0.5
     max_dyaw: float = 0.3
     dx_bins: int = 21
     dy_bins: int = 5
     dyaw_bins: int = 11
+    max_accel: float = 4.0
+    min_accel: float = -6.0
+
+    def __post_init__(self):
+        check_range("max_dx", self.max_dx, 0.0, 100.0, lo_open=True)
+        check_range("max_dy", self.max_dy, 0.0, 100.0, lo_open=True)
+        check_range("max_dyaw", self.max_dyaw, 0.0, math.pi, lo_open=True)
+        for name in ("dx_bins", "dy_bins", "dyaw_bins"):
+            _check_bins(name, getattr(self, name))
+        _check_accel_limits(self.min_accel, self.max_accel)
+
+
+def _check_accel_limits(min_accel: float, max_accel: float) -> None:
+    check_range("max_accel", max_accel, 0.0, 100.0, lo_open=True)
+    check_range("min_accel", min_accel, -100.0, 0.0)
+    if min_accel >= 0:
+        raise ConfigError(
+            f"config key 'min_accel' = {min_accel!r} must be negative (it is the hardest "
+            "braking, e.g. -6.0)."
+        )
+
+
+# Model sections of ``DynamicsConfig``: field name -> section class.
+MODEL_SECTIONS = {"bicycle": BicycleConfig, "delta_local": DeltaLocalConfig}
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicsConfig(ConfigBase):
+    """Dynamics model, time step, action space, and one section per model.
+
+    Attributes:
+      model: registered model name, ``"bicycle"`` or ``"delta_local"``.
+      dt: step length, seconds (the env's step; every model steps by it).
+      action_space: ``"discrete"`` (int index into ``action_grid()``) or ``"continuous"``.
+      bicycle: ``BicycleConfig``, the bicycle model's limits and bins.
+      delta_local: ``DeltaLocalConfig``, the delta-local model's limits and bins.
+
+    The model keys once sat flat in this section (``dynamics.max_accel``); ``from_dict``
+    rejects them with a ``ConfigError`` naming their new key
+    (``dynamics.bicycle.max_accel``).
+    """
+
+    model: str = "bicycle"
+    dt: float = 0.1
+    action_space: str = "discrete"
+    bicycle: BicycleConfig = BicycleConfig()
+    delta_local: DeltaLocalConfig = DeltaLocalConfig()
 
     def __post_init__(self):
         check_choice("model", self.model, tuple(DYNAMICS_MODELS))
         check_choice("action_space", self.action_space, ACTION_SPACES)
         check_range("dt", self.dt, 0.0, 10.0, lo_open=True)
-        check_range("max_accel", self.max_accel, 0.0, 100.0, lo_open=True)
-        check_range("min_accel", self.min_accel, -100.0, 0.0)
-        if self.min_accel >= 0:
-            raise ConfigError(
-                f"config key 'min_accel' = {self.min_accel!r} must be negative (it is the "
-                "hardest braking, e.g. -6.0)."
-            )
-        # tan(steer) diverges at pi/2.
-        check_range("max_steer", self.max_steer, 0.0, 1.5, lo_open=True)
-        check_range("max_speed", self.max_speed, 0.0, 200.0, lo_open=True)
-        check_range("max_reverse_speed", self.max_reverse_speed, 0.0, 200.0)
-        check_range("max_dx", self.max_dx, 0.0, 100.0, lo_open=True)
-        check_range("max_dy", self.max_dy, 0.0, 100.0, lo_open=True)
-        check_range("max_dyaw", self.max_dyaw, 0.0, math.pi, lo_open=True)
-        for name in ("accel_bins", "steer_bins", "dx_bins", "dy_bins", "dyaw_bins"):
-            _check_bins(name, getattr(self, name))
 
-
-def _model_from_config(cls, config: DynamicsConfig):
-    """Build a model dataclass from the ``DynamicsConfig`` fields of the same names."""
-    return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+    @classmethod
+    def from_dict(cls, data, path: str = ""):
+        """As ``ConfigBase.from_dict``; a model key at the top of the section (the old
+        flat layout) is a ``ConfigError`` naming the section key that replaced it."""
+        for key in sorted(data or {}):
+            sections = [name for name, sec in MODEL_SECTIONS.items()
+                        if key in {f.name for f in dataclasses.fields(sec)}]
+            if sections:
+                where = f"{path}." if path else ""
+                new = " or ".join(f"'{where}{name}.{key}'" for name in sections)
+                raise ConfigError(
+                    f"config key '{where}{key}' has moved into the model's section: set "
+                    f"{new} instead (each dynamics model has its own section: "
+                    f"{', '.join(MODEL_SECTIONS)})."
+                )
+        return super().from_dict(data, path)
 
 
 class DynamicsModel(Protocol):
@@ -196,6 +262,10 @@ class DynamicsModel(Protocol):
         next_speed: jax.Array, length: jax.Array,
     ) -> jax.Array: ...
 
+    def action_from_accel_curvature(
+        self, accel: jax.Array, curvature: jax.Array, speed: jax.Array, length: jax.Array,
+    ) -> jax.Array: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class BicycleModel:
@@ -216,47 +286,48 @@ class BicycleModel:
     ``vel' = v1 * (cos yaw', sin yaw')`` lies along the heading (not the slip direction), so
     ``state.speed`` returns ``v1`` exactly. ``steer`` and ``accel`` store the clipped
     action (``accel`` as commanded, even when the speed limit cuts it).
+
+    Attributes:
+      dt: step length, seconds.
+      config: ``BicycleConfig``, the limits and bins.
     """
 
     dt: float = 0.1
-    max_accel: float = 4.0
-    min_accel: float = -6.0
-    max_steer: float = 0.6
-    max_speed: float = 30.0
-    max_reverse_speed: float = 0.0
-    accel_bins: int = 7
-    steer_bins: int = 13
+    config: BicycleConfig = BicycleConfig()
 
     name = "bicycle"
     action_dim = 2
 
     @classmethod
     def from_config(cls, config: DynamicsConfig) -> BicycleModel:
-        return _model_from_config(cls, config)
+        """The model of ``config.dt`` and section ``config.bicycle``."""
+        return cls(dt=config.dt, config=config.bicycle)
 
     @property
     def num_actions(self) -> int:
-        return self.accel_bins * self.steer_bins
+        return self.config.accel_bins * self.config.steer_bins
 
     @property
     def action_low(self) -> jax.Array:
         """(2,) float32: ``(min_accel, -max_steer)``."""
-        return jnp.asarray([self.min_accel, -self.max_steer], F32)
+        return jnp.asarray([self.config.min_accel, -self.config.max_steer], F32)
 
     @property
     def action_high(self) -> jax.Array:
         """(2,) float32: ``(max_accel, max_steer)``."""
-        return jnp.asarray([self.max_accel, self.max_steer], F32)
+        return jnp.asarray([self.config.max_accel, self.config.max_steer], F32)
 
     def action_grid(self) -> jax.Array:
         """(accel_bins * steer_bins, 2) float32, accel varying slowest."""
+        c = self.config
         return _grid(
-            bins(self.min_accel, self.max_accel, self.accel_bins),
-            bins(-self.max_steer, self.max_steer, self.steer_bins),
+            bins(c.min_accel, c.max_accel, c.accel_bins),
+            bins(-c.max_steer, c.max_steer, c.steer_bins),
         )
 
     def _speeds(self, v0: jax.Array, accel: jax.Array) -> tuple[jax.Array, jax.Array]:
-        v1 = jnp.clip(v0 + accel * self.dt, -self.max_reverse_speed, self.max_speed)
+        v1 = jnp.clip(v0 + accel * self.dt, -self.config.max_reverse_speed,
+                      self.config.max_speed)
         return v1, 0.5 * (v0 + v1)
 
     def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState:
@@ -304,7 +375,7 @@ class BicycleModel:
         del next_xy
         v0 = prev.speed.astype(F32)
         accel = (jnp.asarray(next_speed, F32) - v0) / self.dt
-        accel = jnp.clip(accel, self.min_accel, self.max_accel)
+        accel = jnp.clip(accel, self.config.min_accel, self.config.max_accel)
         _, v = self._speeds(v0, accel)
         lr = 0.5 * jnp.maximum(jnp.asarray(length, F32), MIN_LENGTH)
         dyaw = wrap_angle(jnp.asarray(next_yaw, F32) - prev.yaw.astype(F32))
@@ -312,8 +383,34 @@ class BicycleModel:
         safe_v = jnp.where(moving, v, 1.0)
         sin_beta = jnp.clip(dyaw * lr / (safe_v * self.dt), -0.999, 0.999)
         steer = jnp.arctan(2.0 * jnp.tan(jnp.arcsin(sin_beta)))
-        steer = jnp.where(moving, jnp.clip(steer, -self.max_steer, self.max_steer), 0.0)
+        max_steer = self.config.max_steer
+        steer = jnp.where(moving, jnp.clip(steer, -max_steer, max_steer), 0.0)
         return jnp.stack([accel, steer], axis=-1).astype(F32)
+
+    def action_from_accel_curvature(
+        self, accel: jax.Array, curvature: jax.Array, speed: jax.Array, length: jax.Array,
+    ) -> jax.Array:
+        """``(accel, steer)`` that realises a target acceleration and path curvature.
+
+        The acceleration is clipped to ``[min_accel, max_accel]``. The steer follows from
+        the centre-referenced geometry above (rear axle at ``length / 2``): the yaw rate
+        ``v / lr * sin(beta)`` equals ``v * curvature`` for ``beta = asin(curvature *
+        lr)`` (``curvature * lr`` clipped to +-0.99), and ``tan(steer) = 2 tan(beta)``.
+
+        Args:
+          accel: (..., A) float32, target acceleration, m/s^2.
+          curvature: (..., A) float32, target path curvature, 1/m (> 0 turns left).
+          speed: (..., A) float32, current speed (unused by this model).
+          length: (..., A) float32, box length, metres.
+        Returns:
+          (..., A, 2) float32, clipped to ``[action_low, action_high]``.
+        """
+        del speed
+        accel = jnp.clip(accel, self.config.min_accel, self.config.max_accel)
+        lr = 0.5 * jnp.maximum(length, MIN_LENGTH)
+        beta = jnp.arcsin(jnp.clip(curvature * lr, -0.99, 0.99))
+        cont = jnp.stack([accel, jnp.arctan(2.0 * jnp.tan(beta))], axis=-1)
+        return jnp.clip(cont, self.action_low, self.action_high)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,31 +421,33 @@ class DeltaLocalModel:
     heading and ``dy`` to the left), ``yaw' = wrap(yaw + dyaw)``, ``vel' = (xy' - xy) / dt``
     (world frame). ``steer`` and ``accel`` are set to 0: this model has neither. The
     length is unused.
+
+    Attributes:
+      dt: step length, seconds.
+      config: ``DeltaLocalConfig``, the limits and bins.
     """
 
     dt: float = 0.1
-    max_dx: float = 3.0
-    max_dy: float = 0.5
-    max_dyaw: float = 0.3
-    dx_bins: int = 21
-    dy_bins: int = 5
-    dyaw_bins: int = 11
+    config: DeltaLocalConfig = DeltaLocalConfig()
 
     name = "delta_local"
     action_dim = 3
 
     @classmethod
     def from_config(cls, config: DynamicsConfig) -> DeltaLocalModel:
-        return _model_from_config(cls, config)
+        """The model of ``config.dt`` and section ``config.delta_local``."""
+        return cls(dt=config.dt, config=config.delta_local)
 
     @property
     def num_actions(self) -> int:
-        return self.dx_bins * self.dy_bins * self.dyaw_bins
+        c = self.config
+        return c.dx_bins * c.dy_bins * c.dyaw_bins
 
     @property
     def action_high(self) -> jax.Array:
         """(3,) float32: ``(max_dx, max_dy, max_dyaw)``."""
-        return jnp.asarray([self.max_dx, self.max_dy, self.max_dyaw], F32)
+        c = self.config
+        return jnp.asarray([c.max_dx, c.max_dy, c.max_dyaw], F32)
 
     @property
     def action_low(self) -> jax.Array:
@@ -357,10 +456,11 @@ class DeltaLocalModel:
 
     def action_grid(self) -> jax.Array:
         """(dx_bins * dy_bins * dyaw_bins, 3) float32, dx varying slowest."""
+        c = self.config
         return _grid(
-            bins(-self.max_dx, self.max_dx, self.dx_bins),
-            bins(-self.max_dy, self.max_dy, self.dy_bins),
-            bins(-self.max_dyaw, self.max_dyaw, self.dyaw_bins),
+            bins(-c.max_dx, c.max_dx, c.dx_bins),
+            bins(-c.max_dy, c.max_dy, c.dy_bins),
+            bins(-c.max_dyaw, c.max_dyaw, c.dyaw_bins),
         )
 
     def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState:
@@ -411,6 +511,31 @@ class DeltaLocalModel:
         action = jnp.stack([dx, dy, dyaw], axis=-1)
         return jnp.clip(action, self.action_low, self.action_high).astype(F32)
 
+    def action_from_accel_curvature(
+        self, accel: jax.Array, curvature: jax.Array, speed: jax.Array, length: jax.Array,
+    ) -> jax.Array:
+        """``(dx, 0, dyaw)`` of one step at the target acceleration along a path of the
+        target curvature.
+
+        The acceleration is clipped to ``[min_accel, max_accel]`` (the section's
+        controller bounds); ``v1 = max(speed + accel dt, 0)``, ``dx = v1 dt`` and
+        ``dyaw = curvature * dx`` (the arc's turn).
+
+        Args:
+          accel: (..., A) float32, target acceleration, m/s^2.
+          curvature: (..., A) float32, target path curvature, 1/m (> 0 turns left).
+          speed: (..., A) float32, current speed, m/s.
+          length: (..., A), unused.
+        Returns:
+          (..., A, 3) float32, clipped to ``[action_low, action_high]``.
+        """
+        del length
+        accel = jnp.clip(accel, self.config.min_accel, self.config.max_accel)
+        v1 = jnp.maximum(speed + accel * self.dt, 0.0)
+        step = v1 * self.dt
+        cont = jnp.stack([step, jnp.zeros_like(step), curvature * step], axis=-1)
+        return jnp.clip(cont, self.action_low, self.action_high)
+
 
 DynamicsFactory = Callable[[DynamicsConfig], DynamicsModel]
 
@@ -434,6 +559,28 @@ def make_dynamics(config: DynamicsConfig) -> DynamicsModel:
     if config.model not in DYNAMICS_MODELS:
         check_choice("model", config.model, tuple(DYNAMICS_MODELS))
     return DYNAMICS_MODELS[config.model](config)
+
+
+def check_model(model: DynamicsModel, config: DynamicsConfig) -> DynamicsModel:
+    """An injected model, checked against the env's ``DynamicsConfig``; returns it.
+
+    The env's step length is ``config.dt`` (other layers, e.g. the planning score, read
+    it there), so a model with a ``dt`` attribute must agree with it; a model without
+    one is taken as stepping by ``config.dt``. The model replaces the one
+    ``config.model`` and its section describe (they are then unused); ``action_space``
+    still comes from the config.
+
+    Raises:
+      ConfigError: the model's ``dt`` differs from ``config.dt``.
+    """
+    dt = getattr(model, "dt", None)
+    if dt is not None and abs(float(dt) - float(config.dt)) > 1e-12:
+        raise ConfigError(
+            f"the injected dynamics model {type(model).__name__} steps by dt = {dt!r} but "
+            f"config key 'dynamics.dt' = {config.dt!r}; build the model with the config's "
+            "dt or set dynamics.dt to match."
+        )
+    return model
 
 
 def discrete_to_continuous(model: DynamicsModel, index: jax.Array) -> jax.Array:
