@@ -548,3 +548,25 @@ def test_env_rejects_an_injected_model_with_another_dt():
         Env(EnvConfig(), dynamics=BicycleModel(dt=0.2))
     # A model without a dt steps by the config's.
     Env(EnvConfig(), dynamics=DeltaLocalModel(dt=0.1))
+
+
+def test_run_directories_saved_in_the_flat_dynamics_layout_still_load(tmp_path):
+    """A run saved before the per-model sections (flat dynamics keys) reads back with
+    each key in its model's section; the same layout in a new config file is an error."""
+    import yaml
+
+    from jaxdrive.config import ConfigError
+    from jaxdrive.env import EnvConfig
+    from jaxdrive.runs.load import read_run_config
+
+    flat = {"model": "delta_local", "dt": 0.1, "action_space": "discrete", "max_accel": 3.0,
+            "min_accel": -5.0, "max_steer": 0.5, "accel_bins": 5, "max_dx": 2.5,
+            "dx_bins": 11}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"env": {"dynamics": flat}}))
+    d = read_run_config(tmp_path).env.dynamics
+    assert (d.model, d.bicycle.max_accel, d.bicycle.min_accel, d.bicycle.max_steer,
+            d.bicycle.accel_bins) == ("delta_local", 3.0, -5.0, 0.5, 5)
+    assert (d.delta_local.max_dx, d.delta_local.dx_bins, d.delta_local.max_accel,
+            d.delta_local.min_accel) == (2.5, 11, 3.0, -5.0)
+    with pytest.raises(ConfigError, match="dynamics.bicycle.max_steer"):
+        EnvConfig.from_dict({"dynamics": {"max_steer": 0.5}})

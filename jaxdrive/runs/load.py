@@ -16,6 +16,7 @@ from jaxdrive.env import Env
 from jaxdrive.models.policy import Policy
 from jaxdrive.runs.checkpoint import Checkpointer, find_checkpoints
 from jaxdrive.runs.config import RunConfig
+from jaxdrive.sim.dynamics import migrate_flat_layout
 
 
 def save_config(config: RunConfig, path: Path) -> None:
@@ -31,6 +32,9 @@ def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunCo
                                 "directory (it should hold config.yaml and checkpoints/).")
     with open(path) as f:
         data = yaml.safe_load(f) or {}
+    dynamics = (data.get("env") or {}).get("dynamics")
+    if isinstance(dynamics, dict):  # runs saved before the per-model dynamics sections
+        data["env"]["dynamics"] = migrate_flat_layout(dynamics)
     return RunConfig.from_dict(merge(data, overrides or {}))
 
 

@@ -238,6 +238,22 @@ class DynamicsConfig(ConfigBase):
         return super().from_dict(data, path)
 
 
+def migrate_flat_layout(section: dict) -> dict:
+    """A ``dynamics`` mapping in the flat layout of run directories saved before the
+    per-model sections (``max_accel`` next to ``model``) rewritten into the sectioned
+    one: each model key goes into every section that declares it (the old flat
+    ``max_accel`` / ``min_accel`` bounded both models' controllers). Used when reading
+    saved runs only; a config file in the flat layout stays an error."""
+    out = {k: v for k, v in section.items()
+           if not any(k in {f.name for f in dataclasses.fields(sec)}
+                      for sec in MODEL_SECTIONS.values())}
+    for name, sec in MODEL_SECTIONS.items():
+        moved = {f.name: section[f.name] for f in dataclasses.fields(sec) if f.name in section}
+        if moved:
+            out[name] = {**moved, **dict(section.get(name) or {})}
+    return out
+
+
 class DynamicsModel(Protocol):
     """What every registered dynamics model provides (see the module docstring)."""
 
