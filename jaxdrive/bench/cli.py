@@ -385,39 +385,39 @@ def _main_train(args, argv) -> int:
     return 0
 
 
-def _main_render(args, argv) -> int:
-    from jaxdrive.bench.render import bench_render, render_table
-
-    print(f"jaxdrive bench render: backend {jax.default_backend()}, "
-          f"{jax.devices()[0].device_kind}, {args.envs} envs x {args.steps} steps at "
-          f"{args.size}x{args.size}, views {args.views}, median of {args.repeats} calls",
-          flush=True)
+def _run_one(what: str, header: str, bench, table, args, argv) -> int:
+    """Print ``header``, run ``bench()`` (one record), print its table, write the JSON."""
+    print(f"jaxdrive bench {what}: backend {jax.default_backend()}, "
+          f"{jax.devices()[0].device_kind}, {header}, median of {args.repeats}", flush=True)
     try:
-        rec = bench_render(args.envs, args.steps, args.size, tuple(args.views), args.repeats)
+        rec = bench()
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print()
-    print(render_table([rec]))
-    _write(args.json, "render", [rec], argv, top_level=True)
+    print(table([rec]))
+    _write(args.json, what, [rec], argv, top_level=True)
     return 0
+
+
+def _main_render(args, argv) -> int:
+    from jaxdrive.bench.render import bench_render, render_table
+
+    return _run_one(
+        "render", f"{args.envs} envs x {args.steps} steps at {args.size}x{args.size}, "
+        f"views {args.views}",
+        lambda: bench_render(args.envs, args.steps, args.size, tuple(args.views),
+                             args.repeats), render_table, args, argv)
 
 
 def _main_eval(args, argv) -> int:
     from jaxdrive.bench.eval import bench_eval, eval_table
 
-    print(f"jaxdrive bench eval: backend {jax.default_backend()}, "
-          f"{jax.devices()[0].device_kind}, {args.scenarios} scenarios x {args.steps} steps, "
-          f"{args.policy}, batch {args.batch}, median of {args.repeats}", flush=True)
-    try:
-        rec = bench_eval(args.scenarios, args.steps, args.batch, args.policy, args.repeats)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print()
-    print(eval_table([rec]))
-    _write(args.json, "eval", [rec], argv, top_level=True)
-    return 0
+    return _run_one(
+        "eval", f"{args.scenarios} scenarios x {args.steps} steps, {args.policy}, "
+        f"batch {args.batch}",
+        lambda: bench_eval(args.scenarios, args.steps, args.batch, args.policy,
+                           args.repeats), eval_table, args, argv)
 
 
 if __name__ == "__main__":
