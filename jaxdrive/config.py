@@ -86,6 +86,8 @@ class ConfigBase:
             raise
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict of the fields (sub-configs as dicts, tuples as lists), as
+        ``from_dict`` reads it back."""
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -97,6 +99,7 @@ class ConfigBase:
         return out
 
     def replace(self, **changes):
+        """A copy with ``changes`` applied (``dataclasses.replace``: the checks run again)."""
         return dataclasses.replace(self, **changes)
 
 

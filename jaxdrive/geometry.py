@@ -37,7 +37,8 @@ def materialize(fn, *args):
 
 
 def cos_sin(yaw: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """cos and sin of ``yaw``, materialised (see ``materialize``)."""
+    """cos and sin of ``yaw`` (any shape, radians), each of its shape, materialised (see
+    ``materialize``)."""
     return materialize(lambda y: (jnp.cos(y), jnp.sin(y)), yaw)
 
 

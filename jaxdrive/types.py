@@ -175,6 +175,7 @@ class Roadgraph:
 
     @property
     def num_points(self) -> int:
+        """() int: R, road point slots."""
         return self.xy.shape[-2]
 
     def segment_mask(self) -> jax.Array:
@@ -253,10 +254,12 @@ class ObjectLog:
 
     @property
     def num_agents(self) -> int:
+        """() int: A, agent slots."""
         return self.xy.shape[-3]
 
     @property
     def num_steps(self) -> int:
+        """() int: T, logged steps."""
         return self.xy.shape[-2]
 
 

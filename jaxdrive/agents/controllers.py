@@ -45,8 +45,13 @@ def lane_follow(
     Pure pursuit towards a lane-centre point about ``lookahead`` metres ahead whose lane
     direction agrees with the heading, choosing among such points the one nearest the
     goal (which picks the branch at junctions); straight at the goal once it is within
-    the lookahead. Speed: ``max_speed``, slowing to stop at the goal and to keep a
-    1.5 s gap behind a partner ahead in the same lane.
+    the lookahead. Speed: ``max_speed`` (m/s), slowing to stop at the goal and to keep a
+    1.5 s gap behind a partner ahead in the same lane. ``lookahead`` is
+    ``max(min_lookahead, lookahead_time * speed)`` (``lookahead_time`` in seconds,
+    ``min_lookahead`` in metres).
+
+    Returns the controller ``(params, state, timestep, key) -> action`` of one env:
+    (A,) int32 grid indices or (A, action_dim) float32, per the action space.
     """
     ocfg = env.config.observation
 
@@ -98,7 +103,11 @@ def lane_follow(
 
 
 def log_replay(env: Env):
-    """Drive controlled agents along their logged trajectories via inverse dynamics."""
+    """Drive controlled agents along their logged trajectories via inverse dynamics.
+
+    Returns the controller ``(params, state, timestep, key) -> action`` of one env:
+    (A,) int32 nearest grid indices or (A, action_dim) float32, per the action space.
+    """
     cfg = env.config
 
     def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
@@ -119,7 +128,8 @@ def log_replay(env: Env):
 
 
 def random_actions(env: Env):
-    """Uniformly random actions."""
+    """Uniformly random actions: the controller returns (A,) int32 grid indices or
+    (A, action_dim) float32 within the action bounds, per the action space."""
     a = env.config.scenario.max_agents
 
     def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):

@@ -116,7 +116,8 @@ class RolloutStats:
                    trials=trials, metrics=env.metrics)
 
     def update(self, ts: TimeStep) -> RolloutStats:
-        """Add the episodes that ended on a (batched) step."""
+        """Add the episodes that ended on a step; ``ts``: ``TimeStep`` with any leading
+        dims, e.g. (B,)."""
         info = ts.info
         ended = info.episode_done[..., None]
         ego = ended & info.episode_ego

@@ -144,6 +144,8 @@ class EnvBench:
         self.pool = pool
 
     def time_once(self) -> float:
+        """One timed call of ``steps`` batched env steps on pre-drawn random actions; appends
+        its wall time, seconds, to ``times`` and returns it."""
         actions = self._actions[1 + len(self.times) % (len(self._actions) - 1)]
         t0 = time.perf_counter()
         self._carry = self._run(*self._carry, actions)
@@ -152,6 +154,9 @@ class EnvBench:
         return self.times[-1]
 
     def record(self) -> dict:
+        """The configuration's JSON-ready record: sizes, throughput from the median of
+        ``times``, compile and pool-build seconds, pool / state / observation bytes and memory
+        peaks."""
         s = self.size
         median = float(np.median(self.times))
         nbytes = lambda tree: int(sum(x.nbytes for x in jax.tree.leaves(tree)))
@@ -204,6 +209,8 @@ def _table(records: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.bench``; returns the exit code (2 on a bad
+    configuration)."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)

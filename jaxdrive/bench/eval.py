@@ -24,6 +24,8 @@ from jaxdrive.scenarios.procedural import ProceduralConfig
 
 
 def bench_eval(scenarios: int, steps: int, batch: int, policy_kind: str, repeats: int) -> dict:
+    """One benchmark record (see the module doc); ``RuntimeError`` if the first evaluation
+    fails."""
     env_config = EnvConfig(init_step=0)
     section = {"type": "multi_scenario", "num_scenarios": scenarios, "batch_size": batch,
                "num_steps": steps}
@@ -59,6 +61,7 @@ def bench_eval(scenarios: int, steps: int, batch: int, policy_kind: str, repeats
 
 
 def eval_table(records: list[dict]) -> str:
+    """The ``bench_eval`` records as a fixed-width text table."""
     head = (f"{'scenarios':>9} {'steps':>5} {'batch':>5} {'policy':>11} {'seconds':>8} "
             f"{'agent-steps/s':>14} {'first s':>8} {'compile s':>9}")
     rows = [head, "-" * len(head)]

@@ -129,6 +129,7 @@ def bench_policy(kind: str, batch: int, partners: int = 63, road_obs: int = 200,
 
 
 def policy_table(records: list[dict]) -> str:
+    """The ``bench_policy`` records as a fixed-width text table."""
     head = (f"{'policy':>11} {'batch':>6} {'params':>8} {'step agent-steps/s':>19} "
             f"{'seq agent-steps/s':>18} {'kFLOP/agent-step':>17}")
     rows = [head, "-" * len(head)]

@@ -54,6 +54,7 @@ def bench_render(envs: int, steps: int, size: int, views: tuple[str, ...],
 
 
 def render_table(records: list[dict]) -> str:
+    """The ``bench_render`` records as a fixed-width text table."""
     head = (f"{'envs':>5} {'steps':>5} {'size':>5} {'views':>10} {'frames':>7} "
             f"{'seconds':>8} {'frames/s':>9} {'1st call s':>10}")
     rows = [head, "-" * len(head)]

@@ -63,6 +63,7 @@ def bench_train(config: RunConfig, repeats: int) -> dict:
 
 
 def train_table(records: list[dict]) -> str:
+    """The ``bench_train`` records as a fixed-width text table."""
     head = (f"{'policy':<12}{'params':>9}{'obs (K+M)':>11}{'agents/iter':>13}"
             f"{'compile s':>11}{'iter s':>9}{'steps/s':>11}{'trained/s':>11}")
     rows = [head, "-" * len(head)]

@@ -49,6 +49,8 @@ def _configs(args) -> tuple[ScenarioConfig, ConvertConfig]:
 
 
 def cmd_convert(args) -> int:
+    """``convert``: JSON scenes / WOMD TFRecords -> npz shards and a manifest, with a
+    printed summary; returns 1 if no scenario could be converted, else 0."""
     sc, cc = _configs(args)
     t = time.perf_counter()
     m = convert_to_shards(args.inputs, args.out, sc, cc, shard_size=args.shard_size,
@@ -89,6 +91,8 @@ def _find_in_cache(directory: str, key: str | None, index: int):
 
 
 def cmd_inspect(args) -> int:
+    """``inspect``: print a summary (text or ``--json``) of one scene of a source file or
+    a converted directory; returns 0."""
     if shards_lib.is_shard_dir(args.file):
         arrays, info, sc, init_step = _find_in_cache(args.file, args.id, args.index)
     else:
@@ -148,6 +152,8 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_subset(args) -> int:
+    """``subset``: list a converted directory's subsets (``--list``) or build one from a
+    scores CSV and a threshold; returns 0 (``ConfigError`` on missing arguments)."""
     if args.list:
         manifest = shards_lib.read_manifest(args.dir)
         names = sorted(set(manifest.get("classes", {})) |
@@ -167,6 +173,8 @@ def cmd_subset(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.data``; returns the exit code (2 on a
+    ``ConfigError``)."""
     parser = argparse.ArgumentParser(prog="python -m jaxdrive.data",
                                      description="Convert and inspect real driving data.")
     sub = parser.add_subparsers(dest="cmd", required=True)

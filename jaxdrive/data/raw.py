@@ -80,18 +80,22 @@ class RawScene:
 
     @property
     def num_objects(self) -> int:
+        """() int: N, objects in the scene."""
         return self.xy.shape[0]
 
     @property
     def num_steps(self) -> int:
+        """() int: T, logged steps."""
         return self.xy.shape[1]
 
     @property
     def num_road_points(self) -> int:
+        """() int: P, road points over all polylines."""
         return self.road_xy.shape[0]
 
     @property
     def num_polylines(self) -> int:
+        """() int: K, polylines (map features)."""
         return self.road_type.shape[0]
 
     def check(self) -> RawScene:

@@ -59,6 +59,7 @@ def _write_npz(f, arrays: dict[str, np.ndarray], compress: bool) -> None:
 
 
 def shard_name(i: int) -> str:
+    """File name of shard ``i``: ``shard-00000.npz``."""
     return f"shard-{i:05d}.npz"
 
 
@@ -87,14 +88,20 @@ class ShardWriter:
         self.source_files: list[str] = []
 
     def add_source(self, path: str) -> None:
+        """Record ``path`` among the manifest's ``source_files``."""
         self.source_files.append(os.fspath(path))
 
     def add(self, arrays: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        """Buffer one converted scene (``arrays``: its padded scenario arrays, no batch axis;
+        ``info``: its record fields, ``scenario_id`` and ``origin`` required); writes a shard
+        once ``shard_size`` scenes are buffered."""
         self._buffer.append((arrays, info))
         if len(self._buffer) >= self.shard_size:
             self._flush()
 
     def skip(self, source: str, reason: str) -> None:
+        """Record an input that could not be converted, with the reason (manifest
+        ``skipped``)."""
         self.skipped.append({"source": source, "reason": reason})
 
     def _flush(self) -> None:
@@ -171,6 +178,7 @@ def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> No
 
 
 def is_shard_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory holding a converted-data manifest."""
     return os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST))
 
 
@@ -194,6 +202,7 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def manifest_scenario_config(manifest: dict[str, Any]) -> ScenarioConfig:
+    """The ``ScenarioConfig`` (padded sizes) the manifest's shards were written with."""
     return ScenarioConfig.from_dict(manifest["scenario_config"])
 
 

@@ -101,5 +101,6 @@ def read_item(item: tuple) -> RawScene:
 
 
 def item_source(item: tuple) -> str:
+    """Where a work item came from: the file path (``path#index`` for a TFRecord record)."""
     return {JSON: lambda: item[1], "proto": lambda: item[2],
             "skip": lambda: item[1]["source"]}[item[0]]()

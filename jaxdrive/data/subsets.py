@@ -48,6 +48,8 @@ def subset_ids(directory: str | os.PathLike, name: str,
 
 
 def list_subset_files(directory: str | os.PathLike) -> list[str]:
+    """Names of the subsets stored as ``subsets/NAME.json`` in ``directory``, sorted
+    (empty if none)."""
     d = os.path.join(os.fspath(directory), SUBSET_DIR)
     if not os.path.isdir(d):
         return []

@@ -115,6 +115,8 @@ class EnvConfig(ConfigBase):
 
     @property
     def num_episode_steps(self) -> int:
+        """() int: steps per episode: ``episode_length``, else the rest of the log after
+        ``init_step`` (``scenario.num_steps - 1 - init_step``)."""
         if self.episode_length is not None:
             return self.episode_length
         return self.scenario.num_steps - 1 - self.init_step

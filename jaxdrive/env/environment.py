@@ -102,15 +102,18 @@ class Env:
 
     @property
     def num_actions(self) -> int:
+        """() int: size of the discrete action grid (``dynamics.num_actions``)."""
         return self.dynamics.num_actions
 
     @property
     def trial_mode(self) -> bool:
+        """() bool: multi-trial episodes (``goal_behavior: trial``)."""
         return self.config.goal_behavior == "trial"
 
     # ------------------------------------------------------------------ reset
     def reset(self, params: EnvParams, key: jax.Array) -> tuple[EnvState, TimeStep]:
-        """Start an episode on a random scenario of the pool."""
+        """Start an episode on a random scenario of the pool (``key``: PRNG key); returns
+        the state and first ``TimeStep`` of one env (A agent slots)."""
         k_sid, k_state = jax.random.split(key)
         sid = jax.random.randint(k_sid, (), 0, params.pool.size, dtype=jnp.int32)
         return self.reset_to(params, sid, k_state)
@@ -118,7 +121,8 @@ class Env:
     def reset_to(
         self, params: EnvParams, scenario_id: jax.Array, key: jax.Array
     ) -> tuple[EnvState, TimeStep]:
-        """Start an episode on scenario ``scenario_id`` of the pool."""
+        """Start an episode on scenario ``scenario_id`` () int32 of the pool (``key``: PRNG
+        key); returns the state and first ``TimeStep`` of one env (A agent slots)."""
         state = self._initial_state(params, jnp.asarray(scenario_id, jnp.int32), key)
         zeros_b = jnp.zeros_like(state.done)
         info = StepInfo(
@@ -408,7 +412,8 @@ class Env:
         return self._reset_batch(params, jax.random.split(key, num_envs))
 
     def step_batch(self, params: EnvParams, state: EnvState, action: jax.Array):
-        """Step a batch of environments (state and action with leading axis B).
+        """Step a batch of environments (state and action with leading axis B: ``action``
+        (B, A) int32 grid indices or (B, A, action_dim) float32).
 
         Equal to ``jax.vmap(step)`` but computes auto-resets (and trial restarts) only on
         steps where some episode (or trial) ended.

@@ -66,6 +66,7 @@ class EnvState:
 
     @property
     def controlled(self) -> jax.Array:
+        """(A,) bool: agents driven by an action (``EntityKind.CONTROLLED``), done or not."""
         return self.kind == EntityKind.CONTROLLED
 
     @property

@@ -21,6 +21,8 @@ from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.eval``; returns the exit code (see the module
+    doc)."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,

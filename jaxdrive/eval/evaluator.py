@@ -78,6 +78,7 @@ class EvalResult:
     config: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """Every field by name, as a dict."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     def records(self) -> list[dict]:
@@ -124,6 +125,8 @@ class PoolCache:
         self._pools: dict = {}
 
     def get(self, key, build: Callable[[], Any]):
+        """The pool stored under ``key``, built with ``build()`` on a miss (the oldest
+        stored pools are dropped to stay within ``max_pools``)."""
         if key not in self._pools:
             while len(self._pools) >= self.max_pools:
                 self._pools.pop(next(iter(self._pools)))
@@ -175,6 +178,7 @@ class Evaluator:
 
     # ------------------------------------------------------------------ hooks
     def env_config(self) -> EnvConfig:
+        """The ``EnvConfig`` the evaluator runs (default ``spec.env``)."""
         return self.spec.env
 
     def load_scenarios(self, env_config: EnvConfig) -> Scenario:
@@ -205,12 +209,17 @@ class Evaluator:
         return np.arange(min(self.spec.num_scenarios, num_available), dtype=np.int32)
 
     def num_steps(self, env: Env) -> int:
+        """Rollout length in env steps: ``spec.num_steps``, else one whole episode."""
         return self.spec.num_steps or episode_steps(env)
 
     def actors(self, env: Env, policy) -> dict[str, Actor]:
+        """Named ``Actor`` s, each evaluated on every scenario; the first is rendered
+        (default: the policy alone, as ``policy``)."""
         return {"policy": policy_actor(env, policy, deterministic=self.spec.deterministic)}
 
     def step_hook(self, env: Env):
+        """Optional ``(hook, reduce)`` for extra on-device quantities (``StepHook`` and
+        ``StepReduce`` of ``jaxdrive.eval.rollout``); default None."""
         return None
 
     def should_stop(self, env: Env):

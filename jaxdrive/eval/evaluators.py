@@ -89,14 +89,20 @@ def registered_evaluator(cls: type[Evaluator]) -> Iterator[type[Evaluator]]:
 # ------------------------------------------------------------------ the types
 @register_evaluator
 class MultiScenario(Evaluator):
+    """The policy on every scenario of the set under ``spec.env``; the base metrics."""
+
     type_name = "multi_scenario"
 
 
 @register_evaluator
 class HumanReplay(Evaluator):
+    """The policy drives the SDC only (``control_mode: sdc``); every other agent replays
+    its log or, if static, stays."""
+
     type_name = "human_replay"
 
     def env_config(self) -> EnvConfig:
+        """``spec.env`` with ``control_mode: sdc``."""
         return self.spec.env.replace(control_mode="sdc")
 
 
@@ -138,6 +144,10 @@ class BehaviorClass(Evaluator):
         return [cls(spec, c) for c in spec.config.classes]
 
     def load_scenarios(self, env_config: EnvConfig):
+        """The whole converted dataset of ``spec.scenarios`` (one directory); also draws, with
+        the seed, the ``scenarios_per_class`` rows of class ``scenario_class`` that
+        ``scenario_ids`` returns. ``ConfigError`` if the section names no single directory or
+        the class is empty."""
         from jaxdrive.data.subsets import subset_ids
 
         if not self.spec.scenarios or len(self.spec.scenarios) != 1:
@@ -160,6 +170,7 @@ class BehaviorClass(Evaluator):
         return scenes
 
     def scenario_ids(self, num_available: int) -> np.ndarray:
+        """(n,) int32: the class's rows drawn by ``load_scenarios``, sorted."""
         return self._class_rows
 
 
@@ -233,11 +244,17 @@ class Adaptation(Evaluator):
         return merge(env_overrides, wanted)
 
     def actors(self, env: Env, policy) -> dict[str, Actor]:
+        """``memory`` (memory reset per episode) and ``no_memory`` (reset at every trial
+        boundary: the control)."""
         det = self.spec.deterministic
         return {"memory": policy_actor(env, policy, det, memory_reset="episode"),
                 "no_memory": policy_actor(env, policy, det, memory_reset="trial")}
 
     def aggregate(self, rows, extras):
+        """Base metrics of both actors (the control's prefixed ``control/``), per-scenario
+        trial scores, ``ada_delta_trial_{k}_minus_0`` over scenarios with ego agents and
+        ``memory_gain_trial_{k}`` (memory's delta minus the control's), each with its
+        confidence interval."""
         conf = float(self.config.confidence)
         metrics: dict[str, float] = {}
         per: dict[str, list] = {}
@@ -301,6 +318,7 @@ class Planning(Evaluator):
     config: PlanningEvaluatorConfig
 
     def env_config(self) -> EnvConfig:
+        """``spec.env`` with ``control_mode: sdc``: the policy drives the SDC only."""
         return self.spec.env.replace(control_mode="sdc")
 
     def _config(self):
@@ -338,6 +356,8 @@ class Planning(Evaluator):
         return hook, reduce
 
     def aggregate(self, rows, extras):
+        """Base metrics, each planning term's mean over scored scenarios (``total`` as
+        ``score``) and ``scored_scenarios``; the terms per scenario."""
         r = rows["policy"]
         metrics = base_metrics(r, self._setup["env"].metrics)
         terms = extras["policy"]

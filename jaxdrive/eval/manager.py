@@ -63,6 +63,8 @@ class EvalManager:
         return len(self._children)
 
     def due(self, iteration: int, final: bool = False) -> list[EvaluatorSpec]:
+        """Specs due at ``iteration`` (a multiple of their ``interval``); every one when
+        ``final``."""
         return [s for s in self.specs if iteration % s.interval == 0 or final]
 
     def needs_checkpoint(self, iteration: int, final: bool = False) -> bool:

@@ -92,6 +92,7 @@ class PlanningConfig(ConfigBase):
 
     @property
     def direction_window_steps(self) -> int:
+        """() int: env steps of the driving-direction window (at least 1)."""
         return max(1, round(self.direction_window_s / self.dt))
 
 

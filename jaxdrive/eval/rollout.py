@@ -32,16 +32,16 @@ class EpisodeRecord:
     """Each env's first episode, (B,) arrays (``(B, K)`` for the per-trial ones).
 
     Attributes:
-      valid: the row is a real scenario (not batch padding).
-      scenario_id: pool scenario played.
-      finished: the episode ended within the rollout (else it is cut and partial).
-      end_step: env steps the episode lasted (the rollout length when unfinished).
+      valid: bool, the row is a real scenario (not batch padding).
+      scenario_id: int32, pool scenario played.
+      finished: bool, the episode ended within the rollout (else it is cut and partial).
+      end_step: int32, env steps the episode lasted (the rollout length when unfinished).
       counts: dict of per-env sums over the episode's ego agents
         (``jaxdrive.metrics.episode.scored_sums``): ``ego_agents``, each reduced
         metric's count name (``goals``, ``collisions``, ``offroads``, ...),
         ``return_sum``, ``length_sum``.
-      trial_reached: (B, K) ego agents that reached their goal in trial k.
-      trial_length: (B, K) steps trial k lasted.
+      trial_reached: (B, K) int32, ego agents that reached their goal in trial k.
+      trial_length: (B, K) int32, steps trial k lasted.
     """
 
     valid: jax.Array

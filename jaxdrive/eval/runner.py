@@ -54,6 +54,7 @@ class SuiteResult:
 
     @property
     def status(self) -> str:
+        """``ok`` (no evaluator failed), ``failed`` (all failed) or ``partial``."""
         failed = sum(r.status != "ok" for r in self.results)
         if failed == 0:
             return "ok"
@@ -70,6 +71,7 @@ class SuiteResult:
 
     @property
     def videos(self) -> list[str]:
+        """Paths of every evaluator's videos, in evaluator order."""
         return [v for r in self.results for v in r.videos]
 
     def __getitem__(self, name: str) -> EvalResult:
@@ -94,6 +96,8 @@ class SuiteResult:
         return pd.DataFrame(self.records())
 
     def to_dict(self) -> dict:
+        """The results JSON document: version, status, run info, each evaluator's config and
+        result (NaN / inf floats become None)."""
         return _finite({
             "version": RESULTS_VERSION, "status": self.status, "created": self.created,
             "step": self.step, "checkpoint": self.checkpoint,
@@ -104,6 +108,8 @@ class SuiteResult:
         })
 
     def write(self, path: str | os.PathLike) -> Path:
+        """Write ``to_dict()`` as JSON to ``path`` atomically (parents created); returns the
+        path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")

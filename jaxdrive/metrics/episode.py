@@ -44,8 +44,9 @@ def init_episode(num_agents: int, step_metrics: StepMetrics,
 
 def update_episode(stats: EpisodeStats, step_metrics: StepMetrics, reward: jax.Array,
                    acting: jax.Array, metrics: tuple[Metric, ...]) -> EpisodeStats:
-    """Fold in one step: each metric where the agent acted, the reward (already zero
-    where it did not act) and one step of length per acting agent."""
+    """Fold in one step: each metric where the agent acted, the reward (A,) float32
+    (already zero where it did not act) and one step of length per ``acting`` (A,) bool
+    agent."""
     out = {}
     for m in episode_metrics(metrics):
         x = step_metrics[m.name]
@@ -88,8 +89,8 @@ def rates(sums: dict, num: float, metrics: tuple[Metric, ...]) -> dict[str, floa
 
 
 def report_values(stats: EpisodeStats, metrics: tuple[Metric, ...]) -> dict[str, jax.Array]:
-    """Per-agent episode values under their report names (the trainer's EMA inputs):
-    each reduced metric's rate name, ``episode_return`` and ``episode_length``."""
+    """Per-agent (..., A) episode values under their report names (the trainer's EMA
+    inputs): each reduced metric's rate name, ``episode_return`` and ``episode_length``."""
     out = {m.rate: stats[m.name] for m in episode_metrics(metrics)}
     out[EPISODE_RETURN] = stats["return_"]
     out[EPISODE_LENGTH] = stats["length"]

@@ -49,13 +49,17 @@ class NamedArrays(Mapping):
         return type(self)({**self._values, **changes})
 
     def tree_flatten_with_keys(self):
+        """Pytree protocol: ``DictKey``-keyed leaves in insertion order; the names as aux
+        data."""
         keys = tuple(self._values)
         return tuple((jax.tree_util.DictKey(k), self._values[k]) for k in keys), keys
 
     def tree_flatten(self):
+        """Pytree protocol: leaves in insertion order; the names as aux data."""
         keys = tuple(self._values)
         return tuple(self._values[k] for k in keys), keys
 
     @classmethod
     def tree_unflatten(cls, keys, children):
+        """Pytree protocol: the mapping of ``keys`` to ``children``."""
         return cls(dict(zip(keys, children, strict=True)))

@@ -89,14 +89,15 @@ registry.register(Metric("progress", lambda v: (v.prev_goal_distance
 
 
 def compute_metrics(view: StepView, metrics: tuple[Metric, ...]) -> StepMetrics:
-    """Every metric of ``metrics`` (a registry snapshot) on one environment's state."""
+    """Every metric of ``metrics`` (a registry snapshot) on one environment's state, (A,)
+    each."""
     with jax.named_scope("metrics"):
         return StepMetrics({m.name: m.compute(view) for m in metrics})
 
 
 def initial_metrics(view: StepView, metrics: tuple[Metric, ...]) -> StepMetrics:
-    """The metrics a reset reports: zeros (no event yet) or, for ``at_reset="compute"``
-    metrics, their value on the initial state."""
+    """The (A,) metrics a reset reports: zeros (no event yet) or, for
+    ``at_reset="compute"`` metrics, their value on the initial state."""
     out = {}
     for m in metrics:
         if m.at_reset == "compute":

@@ -34,12 +34,15 @@ class TrialTotals:
     @classmethod
     def zeros(cls, num_trials: int) -> TrialTotals:
         # Distinct buffers, so that the totals can be donated to a jitted rollout.
+        """Zero totals for ``num_trials`` trials per episode (distinct buffers, so
+        donatable)."""
         s = lambda: jnp.zeros((), jnp.float32)
         k = lambda: jnp.zeros((num_trials,), jnp.float32)
         return cls(s(), s(), s(), k(), k(), s(), s(), s(), s())
 
     @property
     def num_trials(self) -> int:
+        """() int: K, trials per episode."""
         return self.ego_reached.shape[-1]
 
     def update(self, episode_done: jax.Array, stats: TrialStats) -> TrialTotals:

@@ -27,10 +27,12 @@ class Categorical:
         return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
 
     def entropy(self) -> jax.Array:
+        """(...) float32, nats."""
         logp = jax.nn.log_softmax(self.logits)
         return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
     def mode(self) -> jax.Array:
+        """(...) int32, the most likely action index."""
         return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
 
 
@@ -75,6 +77,8 @@ class ScaledBeta:
         return jnp.sum(h, axis=-1)
 
     def mode(self) -> jax.Array:
+        """(..., D) float32, each dimension's mode ``(alpha - 1) / (alpha + beta - 2)`` mapped
+        onto ``[low, high]``."""
         u = (self.alpha - 1) / jnp.maximum(self.alpha + self.beta - 2, 1e-6)
         return (self.low + u * (self.high - self.low)).astype(jnp.float32)
 

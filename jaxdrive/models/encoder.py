@@ -119,6 +119,9 @@ class SceneTokens(nn.Module):
 
 
 class EgoMLP(nn.Module):
+    """Two Dense layers with a ReLU between: ego features (..., EGO_FEATURES) ->
+    (..., dim)."""
+
     dim: int
     dtype: jnp.dtype = jnp.float32
 

@@ -38,6 +38,7 @@ class KVCache:
 
     @property
     def horizon(self) -> int:
+        """() int: S, cache slots per agent."""
         return self.pos.shape[-1]
 
     @classmethod

@@ -257,4 +257,5 @@ def policy_inputs(timestep) -> tuple[jax.Array, jax.Array]:
 
 
 def param_count(params) -> int:
+    """Number of scalars in a parameter pytree."""
     return int(sum(x.size for x in jax.tree.leaves(params)))

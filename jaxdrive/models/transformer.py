@@ -62,6 +62,7 @@ class DecoderLayer(nn.Module):
     dtype: jnp.dtype = jnp.float32
 
     def setup(self):
+        """Flax setup: LayerNorms, the fused QKV and output projections, the MLP."""
         d, dt = self.model_dim, self.dtype
         self.ln_attn = nn.LayerNorm(dtype=dt)
         self.qkv = nn.Dense(3 * d, dtype=dt)
@@ -97,6 +98,7 @@ class TemporalDecoder(nn.Module):
     dtype: jnp.dtype = jnp.float32
 
     def setup(self):
+        """Flax setup: ``num_layers`` ``DecoderLayer`` s."""
         self.layers = [DecoderLayer(self.model_dim, self.heads, self.mlp_ratio, self.dtype)
                        for _ in range(self.num_layers)]
 

@@ -76,6 +76,8 @@ def build(args):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.render``: videos, or one PNG frame with
+    ``--png``; returns the exit code (2 on bad input)."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.render", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="a training run directory")

@@ -140,6 +140,7 @@ class Recorder:
 
     @property
     def num_trials(self) -> int:
+        """() int: trials per episode (``num_trials`` in trial mode, else 1)."""
         c = self.env.config
         return c.num_trials if c.goal_behavior == "trial" else 1
 

@@ -125,6 +125,7 @@ class VideoWriter:
             self.frames += 1
 
     def close(self) -> None:
+        """Finish the mp4 (ends ffmpeg's input); safe to call twice."""
         if self._gen is not None:
             self._gen.close()
             self._gen = None
@@ -170,6 +171,7 @@ class VideoSink:
             writer.write(out)
 
     def close(self) -> None:
+        """Finish every mp4; ``paths`` then name complete files."""
         for w in self._writers.values():
             w.close()
 

@@ -255,6 +255,7 @@ class RunConfig(ConfigBase):
 
     @property
     def num_iterations(self) -> int:
+        """() int: training iterations covering ``train.total_steps`` (rounded up)."""
         return -(-self.train.total_steps // self.steps_per_iteration)
 
 

@@ -20,6 +20,7 @@ from jaxdrive.sim.dynamics import migrate_flat_layout
 
 
 def save_config(config: RunConfig, path: Path) -> None:
+    """Write ``config`` (every key, defaults included) to ``path`` as YAML."""
     with open(path, "w") as f:
         yaml.safe_dump(config.to_dict(), f, sort_keys=False)
 

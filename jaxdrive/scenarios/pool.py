@@ -26,6 +26,7 @@ class ScenarioPool:
 
     @property
     def size(self) -> int:
+        """() int: N, scenarios in the pool."""
         return self.scenarios.objects.xy.shape[0]
 
 

@@ -116,6 +116,8 @@ class TopologyWeights(ConfigBase):
             )
 
     def as_tuple(self) -> tuple[float, float, float, float]:
+        """The weights as floats, in ``TOPOLOGIES`` order (straight, curve, t_junction,
+        intersection)."""
         return tuple(float(getattr(self, name)) for name in TOPOLOGIES)
 
 

@@ -116,10 +116,12 @@ class RoadIndex:
 
     @property
     def grid_size(self) -> int:
+        """() int: G, grid cells per side."""
         return math.isqrt(self.road.shape[-2])
 
     @property
     def road_per_cell(self) -> int:
+        """() int: M, road points listed per cell (chunks per cell x chunk size)."""
         return self.road.shape[-1] * self.points.shape[-1]
 
 

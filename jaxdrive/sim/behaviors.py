@@ -24,7 +24,7 @@ REMOVED_XY = -1.0e5
 
 
 def select(mask: jax.Array, a: AgentState, b: AgentState) -> AgentState:
-    """Per-agent choice between two ``AgentState``s: ``a`` where ``mask`` (A,)."""
+    """Per-agent choice between two ``AgentState``s: ``a`` where ``mask`` (A,) bool."""
 
     def pick(x, y):
         m = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
@@ -34,7 +34,8 @@ def select(mask: jax.Array, a: AgentState, b: AgentState) -> AgentState:
 
 
 def park_removed(agents: AgentState, removed: jax.Array) -> AgentState:
-    """Removed (A,) agents parked at ``REMOVED_XY``, still, and not valid."""
+    """``agents`` with those where ``removed`` (A,) bool parked at ``REMOVED_XY``, still
+    (zero velocity) and not valid."""
     return agents.replace(
         xy=jnp.where(removed[:, None], REMOVED_XY, agents.xy),
         vel=jnp.where(removed[:, None], 0.0, agents.vel),
@@ -67,10 +68,12 @@ def apply_behaviors(collision_behavior: str, goal_behavior: str, agents: AgentSt
 
     Args:
       agents: ``AgentState`` (A,) the step reached.
-      goal: (A, 2); done, removed: (A,) bool before the step.
+      goal: (A, 2) float32, metres; done, removed: (A,) bool before the step.
       collided, goal_event: (A,) bool events of acting agents on this step.
       start: the agents' initial state (``respawn`` only).
-      new_goals: (A, 2) freshly sampled goals (``new_goal`` only).
+      new_goals: (A, 2) float32 freshly sampled goals (``new_goal`` only).
+    Returns:
+      ``Outcome`` of (A,) arrays.
     """
     out = jnp.zeros_like(collided)
     if collision_behavior in ("stop", "remove"):

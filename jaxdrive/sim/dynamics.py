@@ -63,7 +63,7 @@ MIN_INVERSE_SPEED = 1e-3
 
 
 def wrap_angle(angle: jax.Array) -> jax.Array:
-    """Wrap angles (any shape) to ``(-pi, pi]``."""
+    """Wrap angles (any shape, radians) to ``(-pi, pi]``."""
     angle = jnp.asarray(angle, F32)
     pi = jnp.asarray(math.pi, F32)
     out = pi - jnp.mod(pi - angle, 2 * pi)
@@ -261,26 +261,47 @@ class DynamicsModel(Protocol):
     action_dim: int
 
     @property
-    def num_actions(self) -> int: ...
+    def num_actions(self) -> int:
+        """() int: size of the discrete action grid."""
+        ...
 
     @property
-    def action_low(self) -> jax.Array: ...
+    def action_low(self) -> jax.Array:
+        """(action_dim,) float32: lower bounds of continuous actions."""
+        ...
 
     @property
-    def action_high(self) -> jax.Array: ...
+    def action_high(self) -> jax.Array:
+        """(action_dim,) float32: upper bounds of continuous actions."""
+        ...
 
-    def action_grid(self) -> jax.Array: ...
+    def action_grid(self) -> jax.Array:
+        """(num_actions, action_dim) float32: the discrete actions, first component
+        varying slowest."""
+        ...
 
-    def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState: ...
+    def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState:
+        """The next ``AgentState`` (same shapes, float32, ``valid`` unchanged) after
+        ``action`` (..., A, action_dim) float32, clipped to the bounds; ``length``: (..., A)
+        float32 box length, metres."""
+        ...
 
     def inverse(
         self, prev: AgentState, next_xy: jax.Array, next_yaw: jax.Array,
         next_speed: jax.Array, length: jax.Array,
-    ) -> jax.Array: ...
+    ) -> jax.Array:
+        """(..., A, action_dim) float32: the continuous action that best reproduces the
+        transition from ``prev`` to ``next_xy`` (..., A, 2) metres, ``next_yaw`` (..., A)
+        radians, ``next_speed`` (..., A) m/s; ``length``: (..., A) metres."""
+        ...
 
     def action_from_accel_curvature(
         self, accel: jax.Array, curvature: jax.Array, speed: jax.Array, length: jax.Array,
-    ) -> jax.Array: ...
+    ) -> jax.Array:
+        """(..., A, action_dim) float32, within the bounds: the continuous action that
+        best realises ``accel`` (..., A) m/s^2 along a path of ``curvature`` (..., A) 1/m
+        (> 0 turns left) at ``speed`` (..., A) m/s; ``length``: (..., A) metres."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,6 +342,7 @@ class BicycleModel:
 
     @property
     def num_actions(self) -> int:
+        """() int: ``accel_bins * steer_bins``."""
         return self.config.accel_bins * self.config.steer_bins
 
     @property
@@ -456,6 +478,7 @@ class DeltaLocalModel:
 
     @property
     def num_actions(self) -> int:
+        """() int: ``dx_bins * dy_bins * dyaw_bins``."""
         c = self.config
         return c.dx_bins * c.dy_bins * c.dyaw_bins
 

@@ -116,6 +116,9 @@ def advance_clock(trial_mode: bool, num_trials: int, trial_length: int,
     Args:
       step: () int32 steps taken, this one included; trial_start, trial: () int32.
       controlled, done, out, reached, ego, co_player: (A,) bool after the step.
+      trials: ``TrialStats`` of the current episode.
+    Returns:
+      ``Clock``: (A,) bool per-agent flags, () bool ends, the updated ``TrialStats``.
     """
     if trial_mode:
         timed_out = step - trial_start >= trial_length

@@ -120,12 +120,15 @@ class JsonlWriter:
         os.replace(tmp, self.path)
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Append ``{"step": step, **metrics}`` as one line and flush; NaN / inf are written
+        as null."""
         record = {"step": int(step)}
         record.update((k, _to_python(v)) for k, v in metrics.items() if k != "step")
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
         self._file.flush()
 
     def close(self) -> None:
+        """Close the file (safe to call twice)."""
         if not self._file.closed:
             self._file.close()
 
@@ -191,6 +194,7 @@ class ConsoleProgress:
             print(text, file=self.file, flush=True)
 
     def close(self) -> None:
+        """Close the tqdm bar, if any (safe to call twice)."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -248,10 +252,12 @@ class WandbWriter:
 
     @property
     def active(self) -> bool:
+        """() bool: a wandb run is live (not disabled, not failed)."""
         return self._run is not None
 
     @property
     def run_id(self) -> str | None:
+        """The live run's id (pass it as ``resume_id`` to continue), else None."""
         return getattr(self._run, "id", None) if self._run is not None else None
 
     def _log(self, data: Mapping[str, Any], step: int) -> None:
@@ -290,6 +296,7 @@ class WandbWriter:
                     _warn(f"wandb finish failed ({_reason(e)}).")
 
     def close(self) -> None:
+        """Finish the wandb run, if live (a failure only warns)."""
         self._finish()
 
 
@@ -300,6 +307,7 @@ class Writers:
         self.writers = tuple(w for w in writers if w is not None)
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """``write(step, metrics)`` on every writer, in order."""
         for w in self.writers:
             w.write(step, metrics)
 

@@ -27,6 +27,8 @@ from jaxdrive.train.run import new_run_dir, summary_lines, train
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.train``; returns the exit code (2 on bad
+    input)."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=None,

@@ -82,29 +82,40 @@ class SceneStream:
                                 static_argnums=0, donate_argnums=1)
 
     def describe(self) -> str:
+        """The scene source in words, for the run's announcement (pool size, dataset size,
+        refresh interval)."""
         every = f", next {self.dataset.batch_size} every {self.refresh} iterations"
         return (f"{self.dataset.batch_size} of {self.dataset.num_scenarios} "
                 f"data" + (every if self.refresh else ""))
 
     @property
     def wait_seconds(self) -> float:
+        """() float: seconds the run has spent waiting for prefetched pools."""
         return self.dataset.wait_seconds
 
     def swap_due(self, done: int) -> bool:
+        """Whether the next pool replaces the current one after ``done`` iterations (a
+        multiple of ``refresh_every``; never when refreshing is off)."""
         return bool(self.refresh) and done % self.refresh == 0
 
     def restart_due(self, done: int) -> bool:
+        """``swap_due`` with ``done > 0``: a run resumed after ``done`` iterations restarts
+        its envs on the current pool, as the uninterrupted run did at that swap."""
         return done > 0 and self.swap_due(done)
 
     def next_params(self) -> EnvParams:
+        """Advance to the next pool and return its ``EnvParams`` (waits for the prefetch)."""
         self.params = next(self._iter)
         self.pool_index += 1
         return self.params
 
     def restart(self, ppo, state):
+        """``state`` with every env restarted on the current pool (``PPO.restart_envs``,
+        jitted; ``state`` is donated)."""
         return self._restart(ppo.restart_envs, state, self.params)
 
     def close(self) -> None:
+        """Stop the dataset's background thread."""
         self.dataset.close()
 
 
