@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from jaxdrive.env import Env
+from jaxdrive.models.policy import policy_inputs
 
 MEMORY_RESETS = ("episode", "trial")
 
@@ -57,8 +58,6 @@ def policy_actor(env: Env, policy, deterministic: bool = True,
         training) or ``trial`` (also at every trial boundary: the no-memory control of
         the adaptation evaluator).
     """
-    from jaxdrive.models.policy import policy_inputs
-
     if memory_reset not in MEMORY_RESETS:
         raise ValueError(f"memory_reset must be one of {MEMORY_RESETS}, got {memory_reset!r}")
     a = env.config.scenario.max_agents

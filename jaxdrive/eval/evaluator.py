@@ -44,7 +44,10 @@ from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec
 from jaxdrive.metrics.episode import rates as episode_rates
 from jaxdrive.metrics.registry import Metric, episode_metrics
 from jaxdrive.metrics.trials import adaptation_metrics
+from jaxdrive.render.record import Recorder, VideoConfig, record
+from jaxdrive.render.video import VideoSink
 from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.types import Scenario
 
 
@@ -188,8 +191,6 @@ class Evaluator:
 
             scenes, _ = load_scenarios(list(self.spec.scenarios), env_config.scenario)
             return jax.tree.map(jnp.asarray, scenes)
-        from jaxdrive.scenarios.procedural import generate_batch
-
         return generate_batch(jax.random.key(self.spec.seed), self.spec.num_scenarios,
                               self.spec.procedural, env_config.scenario)
 
@@ -355,9 +356,6 @@ class Evaluator:
         return out
 
     def _render(self, policy, params, out_dir, step) -> list[str]:
-        from jaxdrive.render.record import Recorder, VideoConfig, record
-        from jaxdrive.render.video import VideoSink
-
         s = self._setup
         r = self.spec.render
         ids = s["ids"][: r.num_scenarios]

@@ -31,8 +31,12 @@ import numpy as np
 
 from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.config import ConfigError, check_int, check_range, merge
+from jaxdrive.data.shards import read_manifest
+from jaxdrive.data.subsets import subset_ids
 from jaxdrive.env import Env, EnvConfig
+from jaxdrive.eval import planning as pl
 from jaxdrive.eval.evaluator import Evaluator, base_metrics
+from jaxdrive.eval.planning import PlanningConfig
 from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec, as_written, set_floats
 
 # ------------------------------------------------------------------ the registry
@@ -148,15 +152,11 @@ class BehaviorClass(Evaluator):
         the seed, the ``scenarios_per_class`` rows of class ``scenario_class`` that
         ``scenario_ids`` returns. ``ConfigError`` if the section names no single directory or
         the class is empty."""
-        from jaxdrive.data.subsets import subset_ids
-
         if not self.spec.scenarios or len(self.spec.scenarios) != 1:
             raise ConfigError(f"evaluator '{self.spec.name}' (behavior_class) needs "
                               "'scenarios' naming one converted dataset directory with "
                               "class subsets (python -m jaxdrive.data convert / subset).")
         scenes = super().load_scenarios(env_config)
-        from jaxdrive.data.shards import read_manifest
-
         manifest = read_manifest(self.spec.scenarios[0])
         order = [str(s["scenario_id"]) for s in manifest["scenarios"]]
         wanted = set(subset_ids(self.spec.scenarios[0], self.scenario_class, manifest))
@@ -322,8 +322,6 @@ class Planning(Evaluator):
         return self.spec.env.replace(control_mode="sdc")
 
     def _config(self):
-        from jaxdrive.eval.planning import PlanningConfig
-
         c = self.config
         return PlanningConfig.from_dict({f.name: getattr(c, f.name)
                                          for f in dataclasses.fields(c)
@@ -331,9 +329,7 @@ class Planning(Evaluator):
 
     def step_hook(self, env: Env):
         """Per-step features of the scored (ego) agents; their score per scenario."""
-        from jaxdrive.eval import planning as pl
-
-        cfg, ec, steps = self._config(), env.config, self.num_steps(env)
+        cfg, ec = self._config(), env.config
 
         def hook(env_params, prev, state, ts):
             return jax.vmap(lambda p, s, t: pl.planning_features(
@@ -352,7 +348,6 @@ class Planning(Evaluator):
 
             return jax.vmap(one, in_axes=(1, 0))(outs, state0)
 
-        del steps
         return hook, reduce
 
     def aggregate(self, rows, extras):
