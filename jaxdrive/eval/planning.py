@@ -184,9 +184,9 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
     does not change it.
 
     On a step that ends the episode (or trial), or removes an agent, the env has
-    already replaced the post-step pose; the collision geometry then uses a one-step
-    constant-velocity prediction from ``prev_state`` instead (the collision itself is the
-    env's own metric, computed before the reset).
+    already replaced the post-step pose in ``state``; the collision geometry then uses
+    the pose the step reached, ``timestep.info.terminal`` (what the env's own metrics
+    were computed on), and the motion terms skip the agent on that step.
 
     Args:
       env_config: ``EnvConfig`` of the env (``dynamics.dt`` must equal ``config.dt``).
@@ -213,10 +213,12 @@ def planning_features(env_config, env_params, prev_state, state, timestep, score
         ended = jnp.broadcast_to(jnp.asarray(timestep.info.trial_done, bool), (a,))
         was_present = prev.valid & ~prev_state.removed
         replaced = ended | (state.removed & ~prev_state.removed)
-        xy = jnp.where(replaced[:, None], prev.xy + prev.vel * dt, post.xy).astype(F32)
-        yaw = jnp.where(replaced, prev.yaw, post.yaw).astype(F32)
-        vel = jnp.where(replaced[:, None], prev.vel, post.vel)
-        here = jnp.where(replaced, was_present, post.valid & ~state.removed)
+        terminal = timestep.info.terminal
+        xy = jnp.where(replaced[:, None], terminal.xy, post.xy).astype(F32)
+        yaw = jnp.where(replaced, terminal.yaw, post.yaw).astype(F32)
+        vel = jnp.where(replaced[:, None], terminal.vel, post.vel)
+        here = jnp.where(replaced, terminal.valid & ~prev_state.removed,
+                         post.valid & ~state.removed)
 
         m = timestep.info.metrics
         present = scored & was_present
