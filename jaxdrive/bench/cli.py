@@ -208,9 +208,8 @@ def _table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m jaxdrive.bench``; returns the exit code (2 on a bad
-    configuration)."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per benchmark."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -262,6 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--policy", default="transformer", choices=["transformer", "mlp"])
     v.add_argument("--repeats", type=int, default=3, help="timed evaluations (median)")
     v.add_argument("--json", default="bench_eval.json", help="output file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.bench``; returns the exit code (2 on a bad
+    configuration)."""
+    p = _parser()
     args = p.parse_args(argv)
     if args.repeats < 1 or getattr(args, "steps", 1) < 1:
         p.error("--repeats and --steps must be >= 1")
