@@ -1,0 +1,158 @@
+"""Safe file output: atomic writes, writability checks before work, names kept inside a root.
+
+The lowest layer: standard library only, so every other layer can use it.
+
+- ``atomic_write_text`` / ``atomic_write_bytes`` / ``atomic_open``: write a temporary file
+  in the destination's directory, flush and fsync it, then ``os.replace`` it over the
+  destination. A reader sees the old file or the new one, never half of one; a failed
+  write leaves the old file in place and no temporary behind.
+- ``check_writable(directory)``: raises ``OutputError`` naming the path before any long
+  work starts (a command that would write its results at the end calls it first).
+- ``safe_name(name, what)``: a name used as one path component (evaluator section, run
+  name, view name) must not climb out of its root (no separators, ``..``, absolute paths,
+  NUL, or empty names); ``confined(root, *parts)`` joins and checks the result stays
+  under ``root``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+_BAD_CHARS = ("/", "\\", "\x00")
+
+
+class OutputError(OSError):
+    """An output path cannot be written (permissions, missing parent, not a directory,
+    disk full). The message names the path and what to do."""
+
+
+class UnsafeNameError(ValueError):
+    """A name meant as one path component would leave its root directory."""
+
+
+def safe_name(name: object, what: str) -> str:
+    """``name`` if it is safe as one path component under some root, else UnsafeNameError.
+
+    Args:
+      name: the name (e.g. an evaluator section, a run name, a view name).
+      what: what the name is, for the message (e.g. ``"logging.run_name"``).
+    """
+    if not isinstance(name, str):
+        raise UnsafeNameError(f"{what} must be a string, got {type(name).__name__} {name!r}")
+    if not name or name.strip() != name:
+        raise UnsafeNameError(f"{what} {name!r} must be a non-empty name without leading or "
+                              "trailing spaces")
+    if name in (".", "..") or any(c in name for c in _BAD_CHARS) or os.path.isabs(name):
+        raise UnsafeNameError(
+            f"{what} {name!r} is used as a file or directory name and must stay inside its "
+            "output directory: no '/', '\\', '..' or absolute paths (use letters, digits, "
+            "'-', '_', '.')")
+    return name
+
+
+def confined(root: str | os.PathLike, *parts: str) -> Path:
+    """``root / parts...``, refusing a result outside ``root`` (UnsafeNameError).
+
+    Symlinks are resolved on both sides, so a link inside ``root`` that points out is
+    refused too.
+    """
+    base = Path(root).resolve()
+    path = base.joinpath(*parts).resolve()
+    if path != base and base not in path.parents:
+        raise UnsafeNameError(f"{os.path.join(*parts) if parts else ''!r} leads to {path}, "
+                              f"outside {base}")
+    return base.joinpath(*parts)
+
+
+def check_writable(directory: str | os.PathLike, create: bool = True) -> Path:
+    """Checks that files can be written in ``directory`` before any work starts.
+
+    Args:
+      directory: the output directory.
+      create: create it (and its parents) if missing; otherwise a missing directory is
+        an error.
+
+    Returns:
+      The directory as a Path.
+
+    Raises:
+      OutputError: it exists and is not a directory, cannot be created, or a probe file
+        cannot be created in it. The message names the path.
+    """
+    path = Path(directory).expanduser()
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"output path {path} exists and is not a directory; choose another "
+                          "path")
+    if not path.exists():
+        if not create:
+            raise OutputError(f"output directory {path} does not exist")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"cannot create the output directory {path}: "
+                              f"{e.strerror or e}; choose a writable path") from e
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputError(f"cannot write in the output directory {path}: {e.strerror or e}; "
+                          "choose a writable path") from e
+    return path
+
+
+def check_writable_file(path: str | os.PathLike) -> Path:
+    """``check_writable`` for the directory that will hold the file ``path`` (created if
+    missing); also refuses a ``path`` that is an existing directory."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise OutputError(f"output file {file} is a directory; give a file path")
+    check_writable(file.parent if str(file.parent) else Path("."))
+    return file
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w",
+                encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Opens a temporary file next to ``path``; on a clean exit it replaces ``path``.
+
+    On an exception inside the block the temporary file is removed and ``path`` is left
+    as it was. ``mode`` is ``"w"`` or ``"wb"``.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise OutputError(f"cannot write {target}: {e.strerror or e}") from e
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Writes ``text`` (UTF-8) to ``path`` atomically; returns the path."""
+    with atomic_open(path, "w") as f:
+        f.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Writes ``data`` to ``path`` atomically; returns the path."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+    return Path(path)
