@@ -7,6 +7,11 @@
 (``ProceduralConfig`` keys) sections, or a preset (``simulate_default``, ``human_replay``,
 ``adaptive_simulate``, ...); ``--set`` overrides keys on top of it:
 ``--set env.collision_behavior=stop``, ``--set procedural.arm_length=80``.
+
+``--json PATH`` is checked for writability before anything is built and written
+atomically at the end; if it cannot be written then, the summary is
+saved next to its directory or in the system temp directory, the message says where,
+and the exit code is 1. Exit code 2: bad input or an unwritable ``--json`` path.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+import yaml
 
 from jaxdrive.agents.controllers import CONTROLLERS
 from jaxdrive.agents.rollout import RolloutStats, make_rollout
 from jaxdrive.config import ConfigError, load_yaml, merge, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
+from jaxdrive.eval.runner import write_or_fallback
+from jaxdrive.files import OutputError, check_writable_file
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 
@@ -72,9 +80,9 @@ def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, int]:
     for name in ("scenes", "steps", "chunk"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
+    if args.envs is not None and args.envs < 1:
+        p.error("--envs must be >= 1 (leave it out for one env per scene)")
     num_envs = args.envs or args.scenes
-    if num_envs < 1:
-        p.error("--envs must be >= 1")
     return args, num_envs
 
 
@@ -173,14 +181,31 @@ def _print_summary(summary: dict, num_trials: int, run_s: float) -> None:
               "after compilation)")
 
 
+def _write_json(path: str, summary: dict) -> int:
+    """Write the summary to ``path`` (or a fallback, with an error line); the exit code."""
+    try:
+        written, problem = write_or_fallback(path, json.dumps(summary, indent=2))
+    except OutputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    print(f"summary: {written}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jaxdrive.simulate``: 0 on success, 2 on a config error."""
+    """``python -m jaxdrive.simulate``: 0 on success, 1 when the ``--json`` summary had to
+    be saved elsewhere, 2 on a config error or an unwritable ``--json`` path."""
     args, num_envs = _parse_args(argv)
     try:
         config = load_config(args.config, parse_overrides(args.overrides))
+        if args.json:
+            check_writable_file(args.json)
         t0 = time.perf_counter()
         env, params, _ = build(args.scenes, config, args.seed)
-    except ConfigError as e:
+    except (ConfigError, OSError, yaml.YAMLError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     jax.block_until_ready(params)
@@ -191,10 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     run = _run(env, params, args, num_envs)
     summary = _summary(env, args, num_envs, run)
     _print_summary(summary, env.config.num_trials, run.run_s)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=2)
-    return 0
+    return _write_json(args.json, summary) if args.json else 0
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ import numpy as np
 from jaxdrive.agents.rollout import scan_rollout
 from jaxdrive.config import ConfigError, list_presets, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
+from jaxdrive.eval.runner import write_or_fallback
+from jaxdrive.files import OutputError, check_writable_file
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch, required_sizes
@@ -271,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1 or getattr(args, "steps", 1) < 1:
         p.error("--repeats and --steps must be >= 1")
+    try:
+        check_writable_file(args.json)  # before minutes of benchmarking
+    except OutputError as err:
+        print(f"error: --json: {err}", file=sys.stderr)
+        return 2
     if args.what == "policy":
         return _main_policy(p, args, argv)
     if args.what == "train":
@@ -314,13 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     records = [b.record() for b in benches]
     print()
     print(_table(records))
-    _write(args.json, "env", records, argv)
-    return 0
+    return _write(args.json, "env", records, argv)
 
 
-def _write(path: str, what: str, records: list[dict], argv, top_level: bool = False) -> None:
+def _write(path: str, what: str, records: list[dict], argv, top_level: bool = False) -> int:
     """JSON with the machine, the command and the records (``top_level``: a single
-    record's fields are repeated at the top level too)."""
+    record's fields are repeated at the top level too), written atomically; if ``path``
+    cannot be written, saved next to its directory or in the system temp directory with
+    an error line. Returns the exit code (1 when saved elsewhere)."""
     out = {**(records[0] if top_level and len(records) == 1 else {}),
         "benchmark": what,
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
@@ -329,9 +337,16 @@ def _write(path: str, what: str, records: list[dict], argv, top_level: bool = Fa
         "command": " ".join(["python -m jaxdrive.bench"] + (argv or sys.argv[1:])),
         "records": records,
     }
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
-    print(f"\nwrote {path}")
+    try:
+        written, problem = write_or_fallback(path, json.dumps(out, indent=2))
+    except OutputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"\nwrote {written}")
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _main_policy(p, args, argv) -> int:
@@ -359,8 +374,7 @@ def _main_policy(p, args, argv) -> int:
                   flush=True)
     print()
     print(policy_table(records))
-    _write(args.json, "policy", records, argv)
-    return 0
+    return _write(args.json, "policy", records, argv)
 
 
 def _main_train(args, argv) -> int:
@@ -394,8 +408,7 @@ def _main_train(args, argv) -> int:
               f"agent-steps/s", flush=True)
     print()
     print(train_table(records))
-    _write(args.json, "train", records, argv, top_level=True)
-    return 0
+    return _write(args.json, "train", records, argv, top_level=True)
 
 
 def _run_one(what: str, header: str, bench, table, args, argv) -> int:
@@ -409,8 +422,7 @@ def _run_one(what: str, header: str, bench, table, args, argv) -> int:
         return 2
     print()
     print(table([rec]))
-    _write(args.json, what, [rec], argv, top_level=True)
-    return 0
+    return _write(args.json, what, [rec], argv, top_level=True)
 
 
 def _main_render(args, argv) -> int:

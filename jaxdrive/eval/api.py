@@ -21,8 +21,14 @@ from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
 from jaxdrive.env import EnvConfig
 from jaxdrive.eval.evaluator import Evaluator
 from jaxdrive.eval.evaluators import make_evaluators
-from jaxdrive.eval.runner import SuiteResult, run_evaluators, timestamped_dir
+from jaxdrive.eval.runner import (
+    SuiteResult,
+    check_output_names,
+    run_evaluators,
+    timestamped_dir,
+)
 from jaxdrive.eval.suite import EvaluatorSpec, select_suite
+from jaxdrive.files import check_writable
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
 # A preset name (jaxdrive.config.resolve_config_path): configs/eval/default.yaml, shipped
@@ -67,6 +73,28 @@ def resolve_evaluators(suite, env_config: EnvConfig, procedural: ProceduralConfi
     return make_evaluators(select_suite(data, suite, env_config, procedural))
 
 
+def prepare_output_dir(evaluators: list[Evaluator], out_dir: str | os.PathLike | None,
+                       output_root: str | os.PathLike, write: bool) -> Path | None:
+    """The output directory, checked before any evaluator runs.
+
+    Needed when ``write`` or when an evaluator renders videos: then ``out_dir`` (or a new
+    timestamped directory under ``output_root``) is created and probed. Otherwise nothing
+    is created: ``out_dir`` as given, or None.
+
+    Raises:
+      UnsafeNameError: an evaluator's name would put its files outside the directory.
+      OutputError: the directory cannot be created or written (the message names it).
+    """
+    needed = write or any(ev.spec.render.enabled for ev in evaluators)
+    check_output_names(evaluators, out_dir if out_dir is not None
+                       else Path(output_root) / "eval")
+    if not needed:
+        return None if out_dir is None else Path(out_dir)
+    if out_dir is not None:
+        return check_writable(out_dir)
+    return timestamped_dir(output_root)
+
+
 def run(params, suite: Any = "default", *, policy=None, env_config: EnvConfig | None = None,
         procedural: ProceduralConfig | None = None, suite_file: str | None = None,
         out_dir: str | os.PathLike | None = None, output_root: str = "eval_runs",
@@ -75,12 +103,19 @@ def run(params, suite: Any = "default", *, policy=None, env_config: EnvConfig | 
     ``.videos``, ``.to_pandas()``, ``.to_dict()``, ``result["NAME"]``).
 
     Outputs (videos, ``results.json``) go to ``out_dir``, by default a new timestamped
-    directory under ``output_root``.
+    directory under ``output_root``; it is checked before any evaluator runs
+    (``prepare_output_dir``). If ``results.json`` cannot be written after the work, it
+    is saved next to the directory or in the system temp directory, with a warning
+    naming the path (``SuiteResult.write``).
+
+    Raises:
+      ConfigError: a bad suite or policy; UnsafeNameError: an evaluator name that would
+      leave the output directory; OutputError: an unwritable output directory.
     """
     policy, params, env_config, procedural, step, run_dir = _policy_and_configs(
         params, policy, env_config, procedural)
     evaluators = resolve_evaluators(suite, env_config, procedural, suite_file)
-    out = Path(out_dir) if out_dir is not None else timestamped_dir(output_root)
+    out = prepare_output_dir(evaluators, out_dir, output_root, write)
     result = run_evaluators(evaluators, policy, params, out_dir=out, step=step,
                             progress=progress, checkpoint=run_dir)
     if write:

@@ -8,21 +8,40 @@
 (``eval/default``: the package's copy of configs/eval/default.yaml); ``--suite``: a suite or
 evaluator name (default: every enabled evaluator). Videos and ``results.json`` go to a
 new timestamped directory under ``--output-root`` (default ``eval_runs``); ``--out``
-writes the results JSON there instead / as well. Exit code 0 when every evaluator
-succeeded, 1 when some failed (their records hold the errors), 2 on bad input.
+writes the results JSON there instead (the timestamped directory is then made only for
+videos). Every output path is checked before any evaluator runs. Exit code 0 when every
+evaluator succeeded, 1 when some failed (their records hold the errors) or when the
+results could not be written to their path (then they are saved next to it or in the
+system temp directory, and the message says where), 2 on bad input or an unwritable
+output path.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+import yaml
 
 from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
+from jaxdrive.eval.evaluators import make_evaluators
+from jaxdrive.eval.runner import (
+    SuiteResult,
+    check_output_names,
+    run_evaluators,
+    timestamped_dir,
+    write_or_fallback,
+)
+from jaxdrive.eval.suite import select_suite
+from jaxdrive.files import OutputError, check_writable, check_writable_file
+from jaxdrive.runs.load import load_policy
+
+# What bad input raises while the checkpoint, the suite and the output paths are read.
+INPUT_ERRORS = (ConfigError, OSError, ValueError, yaml.YAMLError)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m jaxdrive.eval``; returns the exit code (see the module
-    doc)."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,
@@ -35,25 +54,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--which", default="best", choices=("best", "last"))
     p.add_argument("--output-root", default="eval_runs")
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
-    from jaxdrive.eval.evaluators import make_evaluators
-    from jaxdrive.eval.runner import run_evaluators, timestamped_dir
-    from jaxdrive.eval.suite import select_suite
-    from jaxdrive.runs.load import load_policy
+    return p
 
+
+def _outputs(args, evaluators) -> tuple[Path, Path | None]:
+    """(results file, output directory or None), checked before any evaluator runs.
+
+    The timestamped directory is made only when something goes there: the results
+    (no ``--out``) or videos. Raises OutputError / UnsafeNameError naming the path.
+    """
+    renders = any(ev.spec.render.enabled for ev in evaluators)
+    out_file = check_writable_file(args.out) if args.out else None
+    if out_file is not None and not renders:
+        return out_file, None
+    root = Path(args.output_root).expanduser()
+    check_output_names(evaluators, root / "eval")
+    check_writable(root)
+    out_dir = timestamped_dir(root)
+    return out_file or out_dir / "results.json", out_dir
+
+
+def _report(result: SuiteResult, path: Path) -> int:
+    """Write the results (atomically, or to a fallback with an error line), print one
+    line per evaluator and the paths; returns the exit code."""
     try:
-        loaded = load_policy(args.checkpoint, which=args.which)
-        data = load_yaml(resolve_config_path(args.config))
-        specs = select_suite(data, args.suite, loaded.config.env, loaded.config.procedural)
-        evaluators = make_evaluators(specs)
-    except (ConfigError, FileNotFoundError) as e:
+        written, problem = write_or_fallback(path, result.to_json())
+    except OutputError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    out_dir = timestamped_dir(args.output_root)
-    result = run_evaluators(evaluators, loaded.policy, loaded.params, out_dir=out_dir,
-                            step=loaded.step, progress=not args.no_progress,
-                            checkpoint=str(loaded.run_dir))
-    path = result.write(args.out or out_dir / "results.json")
+        return 1
     for r in result.results:
         if r.status == "ok":
             shown = ", ".join(f"{k} {v:.3f}" for k, v in list(r.metrics.items())[:4])
@@ -62,5 +90,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.name}: FAILED: {r.error.splitlines()[0]}")
     for v in result.videos:
         print(v)
-    print(f"results: {path}")
+    print(f"results: {written}")
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     return 0 if result.status == "ok" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.eval``; returns the exit code (see the module
+    doc)."""
+    args = _parser().parse_args(argv)
+    try:
+        loaded = load_policy(args.checkpoint, which=args.which)
+        data = load_yaml(resolve_config_path(args.config))
+        specs = select_suite(data, args.suite, loaded.config.env, loaded.config.procedural)
+        evaluators = make_evaluators(specs)
+        path, out_dir = _outputs(args, evaluators)
+    except INPUT_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = run_evaluators(evaluators, loaded.policy, loaded.params, out_dir=out_dir,
+                            step=loaded.step, progress=not args.no_progress,
+                            checkpoint=str(loaded.run_dir))
+    return _report(result, path)

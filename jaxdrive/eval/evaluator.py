@@ -41,6 +41,7 @@ from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.env import Env, EnvConfig, episode_steps
 from jaxdrive.eval.rollout import OUTCOMES, make_episode_rollout, outcome
 from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec
+from jaxdrive.files import UnsafeNameError, confined, safe_name
 from jaxdrive.metrics.episode import rates as episode_rates
 from jaxdrive.metrics.registry import Metric, episode_metrics
 from jaxdrive.metrics.trials import adaptation_metrics
@@ -273,6 +274,23 @@ class Evaluator:
         self._setup_key = key
         return self._setup
 
+    def output_dir(self, out_dir: str | Path) -> Path:
+        """``out_dir/NAME``, where this evaluator's files go (``NAME`` may be
+        ``SECTION/CLASS``).
+
+        Raises:
+          UnsafeNameError: the name would leave ``out_dir`` (a part that is empty, ``.``
+            or ``..``, an absolute path, a backslash, or a symlink out), whether it came
+            through the suite loader or straight through the Python API.
+        """
+        try:
+            parts = [safe_name(p, "name part") for p in self.name.split("/")]
+            return confined(out_dir, *parts)
+        except UnsafeNameError as e:
+            raise UnsafeNameError(
+                f"evaluator {self.name!r} cannot write under the output directory {out_dir}: "
+                f"{e}. Rename the section (letters, digits, '-', '_', '.').") from None
+
     def run(self, policy, params, out_dir: str | Path | None = None, step: int = 0,
             progress: Callable[[int, int], None] | None = None,
             pools: PoolCache | None = None) -> EvalResult:
@@ -284,6 +302,8 @@ class Evaluator:
                             config=dict(self.spec.resolved))
         t0 = time.perf_counter()
         try:
+            if self.spec.render.enabled and out_dir is not None:
+                self.output_dir(out_dir)  # an unsafe name fails before the rollouts
             self._evaluate(policy, params, result, out_dir, step, progress, pools)
         except Exception as e:  # a failing evaluator must not stop the others
             result.status = "failed"
@@ -367,7 +387,7 @@ class Evaluator:
             s["recorder"] = Recorder(env, actor, video)
         recorder = s["recorder"]
         frames = r.steps or episode_steps(env)
-        with VideoSink(recorder, out_dir, f"{self.name}/render", step,
+        with VideoSink(recorder, self.output_dir(out_dir), "render", step,
                        env_indices=[int(i) for i in ids]) as sink:
             record(recorder, params, s["env_params"], ids, frames, sink,
                    jax.random.key(self.spec.seed))

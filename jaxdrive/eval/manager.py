@@ -9,6 +9,12 @@ later iteration and logged then (with ``NAME/source_step``, the step they evalua
 Everything an evaluator reports is logged as ``NAME/metric``, plus
 ``NAME/eval_seconds`` and ``NAME/compile_seconds``; results files go to
 ``RUN_DIR/eval/stepSTEP.json`` and videos to ``RUN_DIR/eval/NAME/render/VIEW/``.
+
+Evaluator names become directories only through ``Evaluator.output_dir`` and
+``jaxdrive.files.confined``: a name that would leave ``RUN_DIR/eval`` is refused when
+the manager is built, before training starts. A results file that cannot be written
+(disk full, directory removed) is saved next to ``RUN_DIR/eval`` or in the system temp
+directory with a warning saying where; training goes on.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from pathlib import Path
 
 from jaxdrive.eval.evaluator import EvalResult, PoolCache
 from jaxdrive.eval.evaluators import make_evaluators
-from jaxdrive.eval.runner import SuiteResult
+from jaxdrive.eval.runner import SuiteResult, check_output_names, write_or_fallback
 from jaxdrive.eval.suite import EvaluatorSpec
+from jaxdrive.files import OutputError, confined, safe_name
 
 
 def result_metrics(result: EvalResult) -> dict[str, float]:
@@ -42,6 +49,9 @@ class EvalManager:
       run_dir: the training run directory.
       suite_file, suite: where the specs came from (for subprocess evaluators).
       log: a ``print``-like function for warnings.
+
+    Raises:
+      UnsafeNameError: an evaluator name that would leave ``RUN_DIR/eval``.
     """
 
     def __init__(self, specs: list[EvaluatorSpec], policy, run_dir: str | Path,
@@ -55,6 +65,11 @@ class EvalManager:
         self.pools = PoolCache()  # shared by the inline evaluators for the run's life
         self.inline = {s.name: make_evaluators([s]) for s in self.specs
                        if s.mode == "inline"}
+        for evaluators in self.inline.values():
+            check_output_names(evaluators, self.out_dir)
+        for s in self.specs:
+            if s.mode == "subprocess":
+                self._child_dir(s)
         self._children: list[tuple[subprocess.Popen, Path, int, str]] = []
 
     @property
@@ -92,27 +107,46 @@ class EvalManager:
                 metrics.update(result_metrics(r))
                 videos += [(f"{r.name}/render/{Path(p).parent.name}", p) for p in r.videos]
         if results:
-            SuiteResult(results=results, out_dir=str(self.out_dir), step=step,
-                        checkpoint=str(self.run_dir)).write(
-                self.out_dir / f"step{step:010d}.json")
+            self._write(SuiteResult(results=results, out_dir=str(self.out_dir), step=step,
+                                    checkpoint=str(self.run_dir)))
         collected, more = self.collect(wait=final)
         metrics.update(collected)
         return metrics, videos + more
+
+    def _write(self, result: SuiteResult) -> None:
+        """``RUN_DIR/eval/stepSTEP.json``, atomically; on failure a copy elsewhere and a
+        warning (training goes on)."""
+        path = self.out_dir / f"step{result.step:010d}.json"
+        try:
+            _, problem = write_or_fallback(path, result.to_json())
+        except OutputError as e:
+            problem = f"{e} The results of step {result.step} are in the logged metrics only."
+        if problem is not None:
+            self.log(f"warning: {problem}")
+
+    def _child_dir(self, spec: EvaluatorSpec) -> Path:
+        """``RUN_DIR/eval/NAME``, the directory of a subprocess evaluator (UnsafeNameError
+        if the name would leave ``RUN_DIR/eval``)."""
+        return confined(self.out_dir, safe_name(spec.name, "evaluator section name"))
 
     def _launch(self, spec: EvaluatorSpec, step: int) -> None:
         if self.suite_file is None:
             self.log(f"warning: evaluator {spec.name} has mode subprocess but the run has "
                      "no evaluation.suite_file; skipped.")
             return
-        out = self.out_dir / spec.name / f"step{step:010d}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
+        directory = self._child_dir(spec)
+        out = directory / f"step{step:010d}.json"
         cmd = [sys.executable, "-m", "jaxdrive.eval", "--config", self.suite_file,
                "--checkpoint", str(self.run_dir), "--which", "last", "--suite", spec.name,
-               "--out", str(out), "--output-root", str(self.out_dir / spec.name),
-               "--no-progress"]
-        log = open(out.with_suffix(".log"), "w")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+               "--out", str(out), "--output-root", str(directory), "--no-progress"]
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with open(out.with_suffix(".log"), "w") as log:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as e:
+            self.log(f"warning: subprocess evaluator {spec.name} (step {step}) not started: "
+                     f"cannot write {out.with_suffix('.log')}: {e.strerror or e}")
+            return
         self._children.append((proc, out, step, spec.name))
 
     def collect(self, wait: bool = False) -> tuple[dict[str, float], list]:
@@ -131,7 +165,13 @@ class EvalManager:
                          f"results; see {out.with_suffix('.log')}")
                 metrics[f"{name}/failed"] = 1.0
                 continue
-            data = json.loads(out.read_text())
+            try:
+                data = json.loads(out.read_text())
+            except (OSError, ValueError) as e:
+                self.log(f"warning: subprocess evaluator {name} (step {step}) left an "
+                         f"unreadable results file {out}: {e}")
+                metrics[f"{name}/failed"] = 1.0
+                continue
             for ev_name, ev in data["evaluators"].items():
                 r = EvalResult(name=ev_name, type=ev["type"], status=ev["status"],
                                metrics=ev["metrics"], eval_seconds=ev["eval_seconds"],

@@ -11,26 +11,36 @@ Results file (JSON, ``RESULTS_VERSION``)::
 
 ``partial``: some evaluators failed, others not. A failed evaluator keeps its record
 with the error; the others still run.
+
+Outputs are safe to lose nothing: ``check_output_names`` refuses, before any evaluator
+runs, an evaluator name that would put its videos outside the output directory;
+``write_or_fallback`` writes a results file atomically and, when its path cannot be
+written after the work (disk full, directory removed meanwhile), saves it next to the
+output directory or in the system temp directory and says where.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
 import os
+import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jaxdrive.eval.evaluator import EvalResult, Evaluator, PoolCache
+from jaxdrive.files import OutputError, atomic_write_bytes, atomic_write_text
 
 RESULTS_VERSION = 1
 
 
 def _finite(x: Any) -> Any:
-    """JSON-safe copy: NaN / inf floats become None."""
+    """JSON-safe copy: NaN / inf floats become None (strict JSON has no NaN)."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
@@ -107,35 +117,125 @@ class SuiteResult:
                            for r in self.results},
         })
 
+    def to_json(self) -> str:
+        """``to_dict()`` as indented JSON text."""
+        return json.dumps(self.to_dict(), indent=2)
+
     def write(self, path: str | os.PathLike) -> Path:
-        """Write ``to_dict()`` as JSON to ``path`` atomically (parents created); returns the
-        path."""
-        path = Path(path)
+        """Write ``to_json()`` to ``path`` atomically (parents created); returns where the
+        file went: ``path``, or a fallback (``write_or_fallback``, with a warning naming
+        both) when ``path`` cannot be written."""
+        written, problem = write_or_fallback(path, self.to_json())
+        if problem is not None:
+            warnings.warn(problem, stacklevel=2)
+        return written
+
+
+def _fallback_dirs(path: Path) -> list[Path]:
+    """Where a file goes when ``path`` cannot be written: next to its directory, then the
+    system temp directory."""
+    return [path.parent.parent, Path(tempfile.gettempdir())]
+
+
+def _write_new_file(directory: Path, prefix: str, suffix: str, data: str | bytes) -> Path:
+    """A new file with a unique name in ``directory`` holding ``data``, synced."""
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+    return Path(name)
+
+
+def write_or_fallback(path: str | os.PathLike, data: str | bytes) -> tuple[Path, str | None]:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` so that the work that made it is
+    never lost.
+
+    First atomically to ``path`` (parents created; a reader never sees half a file). If
+    that fails (unwritable, disk full, directory removed and not re-creatable), to a new
+    file ``DIRNAME-STEM-XXXX.SUFFIX`` next to ``path``'s directory, else in the system
+    temp directory.
+
+    Returns:
+      (the path written, None) or (the fallback path, a message naming ``path``, the
+      reason and the fallback) for the caller to show.
+
+    Raises:
+      OutputError: no place at all could take the file; the message names them.
+    """
+    path = Path(path).expanduser()
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=2)
-        os.replace(tmp, path)
-        return path
+        if isinstance(data, str):
+            atomic_write_text(path, data)
+        else:
+            atomic_write_bytes(path, data)
+        return path, None
+    except OSError as e:
+        reason = e.strerror or str(e)
+    tried = []
+    for directory in _fallback_dirs(path):
+        try:
+            saved = _write_new_file(directory, f"{path.parent.name or 'out'}-{path.stem}-",
+                                    path.suffix, data)
+        except OSError as e:
+            tried.append(f"{directory} ({e.strerror or e})")
+            continue
+        return saved, (f"could not write {path} ({reason}); saved it to {saved} instead. "
+                       "Move it where it belongs, and free space or fix the path for the "
+                       "next run.")
+    raise OutputError(f"could not write {path} ({reason}) nor a copy in "
+                      f"{' or '.join(tried)}; free space or choose a writable path.")
+
+
+def check_output_names(evaluators: list[Evaluator], out_dir: str | os.PathLike) -> None:
+    """Before any work: every evaluator that renders keeps its videos inside ``out_dir``.
+
+    Raises:
+      UnsafeNameError: an evaluator's name would leave ``out_dir`` (``..``, an absolute
+        path, a separator other than the ``SECTION/CLASS`` one).
+    """
+    for ev in evaluators:
+        if ev.spec.render.enabled:
+            ev.output_dir(out_dir)
 
 
 def timestamped_dir(parent: str | os.PathLike, name: str = "eval") -> Path:
     """``parent/NAME-YYYYmmdd-HHMMSS`` (with a suffix if taken), created."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(parent) / f"{name}-{stamp}"
+    base = Path(parent).expanduser() / f"{name}-{stamp}"
     path, i = base, 1
     while True:
         try:
             path.mkdir(parents=True)
             return path
         except FileExistsError:
+            if not path.parent.is_dir():
+                raise OutputError(f"cannot create the output directory {path}: "
+                                  f"{path.parent} is not a directory; choose another "
+                                  "output root") from None
             path, i = Path(f"{base}-{i}"), i + 1
+        except OSError as e:
+            raise OutputError(f"cannot create the output directory {path}: "
+                              f"{e.strerror or e}; choose a writable output root") from e
 
 
 def run_evaluators(evaluators: list[Evaluator], policy, params,
                    out_dir: str | os.PathLike | None = None, step: int = 0,
                    progress: bool = True, checkpoint: str | None = None) -> SuiteResult:
-    """Run each evaluator in turn (a failure is recorded, the rest still run)."""
+    """Run each evaluator in turn (a failure is recorded, the rest still run).
+
+    Raises:
+      UnsafeNameError: before any evaluator runs, when one that renders into ``out_dir``
+        has a name that would leave it (``check_output_names``).
+    """
+    if out_dir is not None:
+        check_output_names(evaluators, out_dir)
     t0 = time.perf_counter()
     bar = None
     if progress:

@@ -11,6 +11,12 @@ validation seed unless ``--seed``), or ``--scenario`` files (WOMD JSON scenes, W
 TFRecords or a converted shard directory; see ``jaxdrive.data``). Writes
 ``OUT/render/VIEW/stepSTEP_envENV.mp4`` (one per env per view, never overwriting) and
 prints the paths; with ``--png FILE`` writes frame ``--frame`` of the first env and view.
+
+Before any scene is built: the numeric flags are checked (``--frame`` must lie inside
+one episode of the env), and the output (``--png FILE`` or ``--out DIR``) must be
+writable. The PNG is written atomically; if it cannot be written at the end, it is saved
+next to its directory or in the system temp directory and the message says where (exit
+code 1). Exit code 2: bad input or an unwritable output path.
 """
 
 from __future__ import annotations
@@ -21,16 +27,34 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import yaml
 
+from jaxdrive.agents.controllers import log_replay, random_actions
 from jaxdrive.config import ConfigError, parse_overrides
+from jaxdrive.env import Env, episode_steps
+from jaxdrive.eval.runner import write_or_fallback
+from jaxdrive.files import OutputError, check_writable, check_writable_file
+from jaxdrive.render.record import (
+    Recorder,
+    VideoConfig,
+    controller_actor,
+    policy_actor,
+    record,
+)
+from jaxdrive.render.video import FrameGrabber, VideoSink, png_bytes
+from jaxdrive.runs.config import load_run_config
+from jaxdrive.runs.load import load_policy, read_run_config
+from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.scenarios.procedural import generate_batch
 
 PRODUCER = "render"
 
+# What bad input raises while configs, checkpoints, scenes and output paths are read.
+INPUT_ERRORS = (ConfigError, OSError, ValueError, yaml.YAMLError)
+
 
 def _scenes(args, config):
-    """(batched Scenario, first-frame note) from --scenario files or procedural."""
-    from jaxdrive.scenarios.procedural import generate_batch
-
+    """Batched Scenario from --scenario files or procedural."""
     if args.scenario:
         from jaxdrive.data import load_scenarios
 
@@ -41,43 +65,57 @@ def _scenes(args, config):
                           config.env.scenario)
 
 
-def build(args):
-    """(recorder, params, env_params, num_frames, step) for the parsed arguments."""
-    from jaxdrive.agents.controllers import log_replay, random_actions
-    from jaxdrive.env import Env, episode_steps
-    from jaxdrive.render.record import Recorder, VideoConfig, controller_actor, policy_actor
-    from jaxdrive.runs.config import load_run_config
-    from jaxdrive.scenarios.pool import make_pool
-
+def load(args):
+    """(run config, loaded policy or None, step) for the parsed arguments (no scenes yet)."""
     overrides = parse_overrides(args.overrides)
     if args.checkpoint:
-        from jaxdrive.runs.load import load_policy, read_run_config
-
         loaded = load_policy(args.checkpoint, which=args.which)
         config = read_run_config(loaded.run_dir, overrides) if overrides else loaded.config
-        step = loaded.step
+        return config, loaded, loaded.step
+    return load_run_config(args.config, overrides), None, 0
+
+
+def check_frames(args, env: Env) -> None:
+    """``--frame`` must show a state of the first episode (ConfigError otherwise)."""
+    if not args.png:
+        return
+    length = episode_steps(env)
+    if args.frame >= length:
+        raise ConfigError(
+            f"--frame {args.frame} is beyond the episode: this env's episode has {length} "
+            f"steps, so frames 0 to {length - 1}; pick a smaller --frame (or lengthen the "
+            "episode with --set env.episode_length=N).")
+
+
+def check_outputs(args) -> None:
+    """The ``--png`` file or the ``--out`` directory can be written (OutputError naming
+    the path otherwise); called before any scene is built."""
+    if args.png:
+        check_writable_file(args.png)
     else:
-        config = load_run_config(args.config, overrides)
-        step = 0
+        check_writable(args.out)
+
+
+def build(args, config, loaded):
+    """(recorder, params, env_params, num_frames) for the loaded config and policy."""
     scenes = _scenes(args, config)
     env = Env(config.env)
     env_params = env.make_params(make_pool(scenes, config.env.road_index))
     num_envs = min(args.envs, int(scenes.objects.xy.shape[0]))
+    steps = max(args.steps, args.frame + 1) if args.png else args.steps
     video = VideoConfig(num_envs=num_envs, views=tuple(args.view or ("scene",)),
                         width=args.size, height=args.size, chunk_steps=args.chunk,
-                        fps=args.fps, num_steps=args.steps, overlay=not args.no_overlay)
-    if args.checkpoint:
+                        fps=args.fps, num_steps=steps, overlay=not args.no_overlay)
+    if loaded is not None:
         actor, params = policy_actor(env, loaded.policy), loaded.params
     else:
         controller = {"replay": log_replay, "random": random_actions}[args.policy]
         actor, params = controller_actor(env, controller(env)), None
     frames = video.num_steps or episode_steps(env)
-    return Recorder(env, actor, video), params, env_params, frames, step
+    return Recorder(env, actor, video), params, env_params, frames
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m jaxdrive.render``: videos, or one PNG frame with
-    ``--png``; returns the exit code (2 on bad input)."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.render", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="a training run directory")
@@ -102,37 +140,69 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png", metavar="FILE", help="write one frame as PNG instead of videos")
     p.add_argument("--frame", type=int, default=0, help="frame index for --png")
     p.add_argument("--out", default="renders", help="output directory for videos")
-    args = p.parse_args(argv)
-    if args.envs < 1:
-        p.error("--envs must be at least 1")
-    if args.frame < 0:
-        p.error("--frame must be >= 0")
-    from jaxdrive.render.record import record
-    from jaxdrive.render.video import FrameGrabber, VideoSink, write_png
+    return p
 
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments, with every count checked (exit code 2 otherwise)."""
+    p = _parser()
+    args = p.parse_args(argv)
+    for flag, value, low in (("--envs", args.envs, 1), ("--frame", args.frame, 0),
+                             ("--steps", args.steps, 0), ("--size", args.size, 2),
+                             ("--fps", args.fps, 1), ("--chunk", args.chunk, 1)):
+        if value < low:
+            p.error(f"{flag} must be >= {low}, got {value}")
+    if args.size % 2:
+        p.error(f"--size must be even (H.264 video needs even frame sizes), got {args.size}")
+    return args
+
+
+def _write_png(path: str, image: np.ndarray) -> int:
+    """Write the PNG (atomically, or to a fallback with an error line); the exit code."""
     try:
-        if args.png:
-            args.steps = max(args.steps, args.frame + 1)
-        recorder, params, env_params, frames, step = build(args)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
+        written, problem = write_or_fallback(path, png_bytes(image))
+    except OutputError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    ids = np.arange(recorder.config.num_envs, dtype=np.int32)
-    key = jax.random.key(0)
-    if args.png:
-        grab = FrameGrabber(recorder, args.frame)
-        record(recorder, params, env_params, ids, args.frame + 1, grab, key)
-        print(write_png(args.png, grab.image))
-        return 0
+        return 1
+    print(written)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _videos(args, recorder, params, env_params, frames, step) -> int:
+    """Record the mp4s into ``--out``, printing their paths; the exit code."""
     from tqdm import tqdm
 
     c = recorder.config
+    ids = np.arange(c.num_envs, dtype=np.int32)
     print(f"rendering {c.num_envs} env(s) x {len(c.views)} view(s) x {frames} frames "
           f"at {c.width}x{c.height} into {Path(args.out) / PRODUCER}", flush=True)
     with VideoSink(recorder, args.out, PRODUCER, step) as sink, \
             tqdm(total=frames, unit="frame", disable=None) as bar:
-        record(recorder, params, env_params, ids, frames, sink, key,
+        record(recorder, params, env_params, ids, frames, sink, jax.random.key(0),
                progress=lambda n: bar.update(n - bar.n))
     for path in sink.paths.values():
         print(path)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.render``: videos, or one PNG frame with
+    ``--png``; returns the exit code (see the module doc)."""
+    args = _parse_args(argv)
+    try:
+        config, loaded, step = load(args)
+        check_frames(args, Env(config.env))
+        check_outputs(args)
+        recorder, params, env_params, frames = build(args, config, loaded)
+    except INPUT_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not args.png:
+        return _videos(args, recorder, params, env_params, frames, step)
+    ids = np.arange(recorder.config.num_envs, dtype=np.int32)
+    grab = FrameGrabber(recorder, args.frame)
+    record(recorder, params, env_params, ids, args.frame + 1, grab, jax.random.key(0))
+    return _write_png(args.png, grab.image)

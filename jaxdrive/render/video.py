@@ -4,8 +4,10 @@ Videos go to ``OUT/PRODUCER/VIEW/stepSTEP_envENV.mp4``: each producer (``train``
 render CLI, an evaluator) owns its directory, names carry the run step and the env
 index, and a name already taken (say, by an earlier run into the same directory) gets a
 ``-2``, ``-3`` ... suffix: files are claimed with an exclusive create, never
-overwritten. Frames reach ffmpeg (imageio-ffmpeg's packaged binary, no system ffmpeg)
-as they arrive, one chunk at a time.
+overwritten; producer and view names are confined to ``OUT`` (``jaxdrive.files.confined``:
+a name such as ``../x`` is an ``UnsafeNameError``, never a file outside). Frames reach
+ffmpeg (imageio-ffmpeg's packaged binary, no system ffmpeg) as they arrive, one chunk at
+a time.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxdrive.files import atomic_write_bytes, confined, safe_name
 from jaxdrive.render.record import FrameInfo, Recorder
 
 
@@ -50,9 +53,13 @@ def claim_path(directory: str | os.PathLike, stem: str, suffix: str) -> Path:
 
 def video_path(out_dir: str | os.PathLike, producer: str, view: str, step: int,
                env_index: int) -> Path:
-    """Claim ``out_dir/producer/view/step{step:010d}_env{env_index:03d}.mp4``."""
-    return claim_path(Path(out_dir) / producer / view, f"step{step:010d}_env{env_index:03d}",
-                      ".mp4")
+    """Claim ``out_dir/producer/view/step{step:010d}_env{env_index:03d}.mp4``.
+
+    Raises:
+      UnsafeNameError: ``producer`` or ``view`` would lead outside ``out_dir``.
+    """
+    directory = confined(out_dir, producer, safe_name(view, "view name"))
+    return claim_path(directory, f"step{step:010d}_env{env_index:03d}", ".mp4")
 
 
 def overlay_lines(info: FrameInfo, frame: int, env: int, num_trials: int) -> list[str]:
@@ -199,14 +206,20 @@ class FrameGrabber:
             self.image = np.array(image)
 
 
-def write_png(path: str | os.PathLike, image: np.ndarray) -> Path:
-    """Write (H, W, 3) uint8 ``image`` as a PNG (parent directories created)."""
+def png_bytes(image: np.ndarray) -> bytes:
+    """(H, W, 3) uint8 ``image`` encoded as a PNG file's bytes."""
     import imageio.v3 as iio
 
+    return iio.imwrite("<bytes>", np.ascontiguousarray(image, dtype=np.uint8),
+                       extension=".png")
+
+
+def write_png(path: str | os.PathLike, image: np.ndarray) -> Path:
+    """Write (H, W, 3) uint8 ``image`` as a PNG atomically (parent directories created):
+    a reader sees the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    iio.imwrite(path, image, extension=".png")
-    return path
+    return atomic_write_bytes(path, png_bytes(image))
 
 
 def count_video_frames(path: str | os.PathLike) -> int:
