@@ -287,9 +287,8 @@ class Evaluator:
             parts = [safe_name(p, "name part") for p in self.name.split("/")]
             return confined(out_dir, *parts)
         except UnsafeNameError as e:
-            raise UnsafeNameError(
-                f"evaluator {self.name!r} cannot write under the output directory {out_dir}: "
-                f"{e}. Rename the section (letters, digits, '-', '_', '.').") from None
+            raise UnsafeNameError(f"evaluator {self.name!r} cannot write under the output "
+                                  f"directory {out_dir}: {e}; rename its section") from None
 
     def run(self, policy, params, out_dir: str | Path | None = None, step: int = 0,
             progress: Callable[[int, int], None] | None = None,
