@@ -202,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config, parse_overrides(args.overrides))
         if args.json:
-            check_writable_file(args.json)
+            try:
+                check_writable_file(args.json)
+            except OutputError as e:
+                raise OutputError(f"--json {args.json}: {e}") from None
         t0 = time.perf_counter()
         env, params, _ = build(args.scenes, config, args.seed)
     except (ConfigError, OSError, yaml.YAMLError) as e:

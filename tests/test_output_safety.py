@@ -108,7 +108,8 @@ def test_eval_out_unwritable_fails_before_any_evaluator(run_dir, tmp_path, capsy
     out = _blocked(tmp_path) / "out" / "results.json"
     rc = _eval(run_dir, suite, "--out", str(out), "--output-root", str(tmp_path / "roots"))
     assert rc == 2
-    assert f"error: cannot create the output directory {out.parent}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"error: --out {out}: cannot create the output directory {out.parent}" in err
     assert probe.calls == []
     assert not (tmp_path / "roots").exists()  # no empty output directory left behind
 

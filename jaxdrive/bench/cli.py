@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_writable_file(args.json)  # before minutes of benchmarking
     except OutputError as err:
-        print(f"error: --json: {err}", file=sys.stderr)
+        print(f"error: --json {args.json}: {err}", file=sys.stderr)
         return 2
     if args.what == "policy":
         return _main_policy(p, args, argv)

@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _checked(flag: str, path, check) -> Path:
+    """``check(path)``, its OutputError prefixed with the flag and the path as given."""
+    try:
+        return check(path)
+    except OutputError as e:
+        raise OutputError(f"{flag} {path}: {e}") from None
+
+
 def _outputs(args, evaluators) -> tuple[Path, Path | None]:
     """(results file, output directory or None), checked before any evaluator runs.
 
@@ -64,12 +72,12 @@ def _outputs(args, evaluators) -> tuple[Path, Path | None]:
     (no ``--out``) or videos. Raises OutputError / UnsafeNameError naming the path.
     """
     renders = any(ev.spec.render.enabled for ev in evaluators)
-    out_file = check_writable_file(args.out) if args.out else None
+    out_file = _checked("--out", args.out, check_writable_file) if args.out else None
     if out_file is not None and not renders:
         return out_file, None
     root = Path(args.output_root).expanduser()
     check_output_names(evaluators, root / "eval")
-    check_writable(root)
+    _checked("--output-root", root, check_writable)
     out_dir = timestamped_dir(root)
     return out_file or out_dir / "results.json", out_dir
 

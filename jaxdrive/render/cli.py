@@ -90,10 +90,12 @@ def check_frames(args, env: Env) -> None:
 def check_outputs(args) -> None:
     """The ``--png`` file or the ``--out`` directory can be written (OutputError naming
     the path otherwise); called before any scene is built."""
-    if args.png:
-        check_writable_file(args.png)
-    else:
-        check_writable(args.out)
+    flag, path, check = (("--png", args.png, check_writable_file) if args.png
+                         else ("--out", args.out, check_writable))
+    try:
+        check(path)
+    except OutputError as e:
+        raise OutputError(f"{flag} {path}: {e}") from None
 
 
 def build(args, config, loaded):
