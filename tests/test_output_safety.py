@@ -194,6 +194,22 @@ def test_eval_results_saved_elsewhere_when_the_directory_goes_away(run_dir, tmp_
     assert json.loads(saved.read_text())["evaluators"]["p"]["metrics"] == {"x": 1.0}
 
 
+def test_api_results_saved_elsewhere_with_a_warning(tmp_path, probe):
+    out = tmp_path / "res"
+
+    def replace_the_directory(out_dir):
+        out_dir.rmdir()
+        out_dir.write_text("")
+
+    probe.action = replace_the_directory
+    with pytest.warns(UserWarning, match=f"could not write {out / 'results.json'}"):
+        result = run({"p": 1}, {"eval": {"p": {"type": "probe"}}}, policy=object(),
+                     out_dir=out, progress=False)
+    assert result["p"].metrics == {"x": 1.0}
+    (saved,) = tmp_path.glob("res-results-*.json")
+    assert json.loads(saved.read_text())["status"] == "ok"
+
+
 def test_manager_results_saved_elsewhere_with_a_warning(tmp_path, probe):
     specs = load_suite_specs({"eval": {"p": {"type": "probe", "interval": 1}}})
     log = []
