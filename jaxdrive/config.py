@@ -47,7 +47,7 @@ class ConfigError(ValueError):
 
 def suggest(name: str, allowed: Sequence[str]) -> str:
     """`` Did you mean 'X'?`` for the closest of ``allowed`` to ``name``, or ``""``."""
-    close = difflib.get_close_matches(name, list(allowed), n=1)
+    close = difflib.get_close_matches(str(name), [str(a) for a in allowed], n=1)
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
@@ -118,6 +118,12 @@ class ConfigBase:
                     kwargs[name] = check_type(name, _to_hashable(value), sub)
                 except ConfigError as e:
                     raise _in_section(path, e) from None
+        missing = [name for name, f in fields.items() if name not in kwargs
+                   and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ConfigError(f"config key '{path + '.' if path else ''}{missing[0]}' is "
+                              f"required ({cls.__name__} has no default for it); set it.")
         try:
             return cls(**kwargs)
         except ConfigError as e:
@@ -155,42 +161,45 @@ def check_range(
         hi_s = "inf" if hi is None else f"{hi}"
         opening = "(" if lo_open else "["
         closing = ")" if hi_open else "]"
-        raise ConfigError(f"config key '{name}' = {value!r} is out of range; allowed "
+        raise ConfigError(f"config key '{name}' = {_clip(value)} is out of range; allowed "
                           f"{opening}{lo_s}, {hi_s}{closing}.")
 
 
-def check_number(name: str, value: Any) -> None:
-    """Raise ``ConfigError`` unless ``value`` is a finite int or float (not a bool): NaN,
-    inf, floats beyond float32 (inf on the device) and ints beyond int64 are refused."""
+def check_number(name: str, value: Any, limit: float | None = None) -> None:
+    """Raise ``ConfigError`` unless ``value`` is a finite int or float (not a bool) of
+    magnitude at most ``limit`` (default: ``INT64_MAX`` for an int, ``FLOAT32_MAX`` for a
+    float; beyond float32 a value is inf on the device). NaN and inf are refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"config key '{name}' must be a number, got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be a number, got {_clip(value)}.")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"config key '{name}' = {value!r} must be a finite number (NaN "
-                          "and inf are not allowed); give a number.")
-    limit = INT64_MAX if isinstance(value, int) else FLOAT32_MAX
+        raise ConfigError(f"config key '{name}' = {_clip(value)} must be a finite number "
+                          "(NaN and inf are not allowed); give a number.")
+    if limit is None:
+        limit = INT64_MAX if isinstance(value, int) else FLOAT32_MAX
     if abs(value) > limit:
-        raise ConfigError(f"config key '{name}' = {value!r} is too large in magnitude "
+        raise ConfigError(f"config key '{name}' = {_clip(value)} is too large in magnitude "
                           f"(at most {limit:.4g}); give a smaller number.")
 
 
 def check_bool(name: str, value: Any) -> None:
     """Raise ``ConfigError`` unless ``value`` is ``True`` or ``False``."""
     if not isinstance(value, bool):
-        raise ConfigError(f"config key '{name}' must be true or false, got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be true or false, got {_clip(value)}.")
 
 
 def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
     """Raise ``ConfigError`` unless ``value`` is an int in ``[lo, hi]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"config key '{name}' must be an integer, got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be an integer, got {_clip(value)}.")
     check_range(name, value, lo, hi)
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
     """Raise ``ConfigError`` unless ``value`` is one of ``allowed``."""
     if value not in allowed:
+        hint = suggest(value, allowed) if isinstance(value, str) else ""
         raise ConfigError(
-            f"config key '{name}' = {value!r} is not allowed.{suggest(str(value), allowed)} "
+            f"config key '{name}' = {_clip(value)} is not allowed.{hint} "
             f"Allowed values: {', '.join(map(str, allowed))}."
         )
 
@@ -198,7 +207,7 @@ def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
 def check_interval(name: str, value: Any, lo: float | None = None, hi: float | None = None):
     """Raise ``ConfigError`` unless ``value`` is a pair ``(low, high)`` with low <= high."""
     if not (isinstance(value, tuple) and len(value) == 2):
-        raise ConfigError(f"config key '{name}' must be a pair [low, high], got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be a pair [low, high], got {_clip(value)}.")
     check_range(f"{name}[0]", value[0], lo, hi)
     check_range(f"{name}[1]", value[1], lo, hi)
     if value[0] > value[1]:
@@ -222,7 +231,7 @@ def check_path(name: str, value: Any, optional: bool = True) -> None:
     if not isinstance(value, str) or not value or "\x00" in value:
         none = " or null" if optional else ""
         raise ConfigError(f"config key '{name}' must be a path (a non-empty string{none}), "
-                          f"got {value!r}; quote a path that YAML would read as a number.")
+                          f"got {_clip(value)}; quote a path that YAML would read as a number.")
 
 
 def _type_name(hint: Any) -> str:
@@ -251,13 +260,13 @@ def check_type(name: str, value: Any, hint: Any) -> Any:
         check_bool(name, value)
     elif hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"config key '{name}' must be an integer, got {value!r}.")
+            raise ConfigError(f"config key '{name}' must be an integer, got {_clip(value)}.")
         check_number(name, value)
     elif hint is float:
-        check_number(name, value)
+        check_number(name, value, FLOAT32_MAX)
     elif hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"config key '{name}' must be a string, got {value!r}; quote "
+            raise ConfigError(f"config key '{name}' must be a string, got {_clip(value)}; quote "
                               "it in YAML if it looks like a number.")
     elif origin is tuple:
         return _check_tuple(name, value, args)
@@ -270,7 +279,7 @@ def _check_tuple(name: str, value: Any, args: tuple) -> tuple:
     if variadic and args[0] is str and isinstance(value, str):
         value = (value,)
     if not isinstance(value, tuple):
-        raise ConfigError(f"config key '{name}' must be a list, got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be a list, got {_clip(value)}.")
     if variadic:
         elems = [args[0]] * len(value)
     else:
@@ -278,7 +287,7 @@ def _check_tuple(name: str, value: Any, args: tuple) -> tuple:
         if len(value) != len(elems):
             kinds = ", ".join(_type_name(a) for a in elems)
             raise ConfigError(f"config key '{name}' must be a list of {len(elems)} values "
-                              f"[{kinds}], got {list(value)!r}.")
+                              f"[{kinds}], got {_clip(list(value))}.")
     return tuple(check_type(f"{name}[{i}]", v, t) for i, (v, t) in
                  enumerate(zip(value, elems, strict=True)))
 
@@ -357,7 +366,10 @@ def yaml_load(text: str) -> Any:
         if node is None:
             return None
         _expanded_size(node, {}, set())
-        return loader.construct_document(node)
+        try:
+            return loader.construct_document(node)
+        except ValueError as e:  # an impossible date, an int of 5000 digits
+            raise YamlLimitError(f"a value cannot be read: {e}") from None
     finally:
         loader.dispose()
 
@@ -387,17 +399,17 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
         if not isinstance(pair, str) or "=" not in pair:
-            raise ConfigError(f"override {pair!r} must look like key.sub=value.")
+            raise ConfigError(f"override {_clip(pair)} must look like key.sub=value.")
         key, raw = pair.split("=", 1)
         parts = key.strip().split(".")
         if not all(p.strip() for p in parts):
-            raise ConfigError(f"override {pair!r}: the key {key.strip()!r} must be a name or "
-                              "a dotted path like train.num_envs (no empty parts).")
+            raise ConfigError(f"override {_clip(pair)}: the key {_clip(key.strip())} must be "
+                              "a name or a dotted path like train.num_envs (no empty parts).")
         try:
             value = yaml_load(raw)
         except (yaml.YAMLError, RecursionError) as e:
             raise ConfigError(
-                f"override {pair!r}: the value {raw!r} is not valid YAML "
+                f"override {_clip(pair)}: the value is not valid YAML "
                 f"({_yaml_problem(e, lines=False)}); write key=value with one '=', and "
                 "quote a string value that holds YAML syntax.") from None
         node = out
@@ -405,11 +417,21 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 head = ".".join(parts[: i + 1])
-                raise ConfigError(f"override {pair!r} sets a key inside '{head}', which an "
-                                  f"earlier override set to {child!r}; drop one of them.")
+                raise ConfigError(f"override {_clip(pair)} sets a key inside '{head}', which "
+                                  f"an earlier override set to {_clip(child)}; drop one of "
+                                  "them.")
             node = child
         node[parts[-1]] = value
     return out
+
+
+def _clip(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts
+        return "<a number too long to print>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -468,7 +490,7 @@ def parent_names(value: Any, where: str, noun: str) -> list[str]:
         parents = [parents]
     if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
         raise ConfigError(f"{where}: 'inherits' must be a {noun} or a list of {noun}s, "
-                          f"got {parents!r}.")
+                          f"got {_clip(parents)}.")
     return parents
 
 
