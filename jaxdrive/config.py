@@ -11,6 +11,24 @@ Config files may ``inherits:`` other files and spell nested keys as dotted paths
 ``eval:`` sections of ``jaxdrive.eval.suite``) the same ``inherits``, plus templates.
 ``inherit`` and ``expand_dotted`` are the machinery both use.
 
+Every input error is a ``ConfigError`` naming the key (or the file, or the ``--set``
+argument) and the fix, never a traceback from deeper in:
+
+- ``from_dict`` checks each value against its field's type (``check_type``): floats are
+  finite and within float32 (NaN, inf and 1e39 are refused), ints within int64, strings
+  (names, paths) are strings, lists hold elements of their type; one string given for a
+  list of strings is a list of one (``train.co_players: runs/a``), never split.
+- YAML is read by ``yaml_load``: safe (Python tags refused), YAML 1.2 floats (``1e-3`` is
+  a float, not a string), a key twice in one mapping is an error, alias expansion is
+  bounded (``MAX_YAML_NODES``; an alias bomb fails at once) and recursive aliases are
+  refused. A config file that is missing, a directory, not UTF-8, invalid YAML or empty
+  is an error; an empty file is refused with a hint (write ``{}`` for all defaults).
+- ``parse_overrides`` (``--set``) refuses empty key parts, values that are not YAML
+  (``train.num_envs==``, ``{a: 1``) and a key inside a value an earlier override set
+  to a non-mapping (``x=1`` then ``x.y=2``).
+- Names used as one path component (``logging.run_name``, eval section names) pass
+  ``check_name`` (``jaxdrive.files.safe_name``).
+
 The YAML presets (the repository's ``configs/``) ship inside the package as package data
 ``jaxdrive.presets``; ``resolve_config_path`` turns a ``--config`` argument (a file, or a
 preset name such as ``quickstart`` or ``eval/default``) into a file, ``list_presets``

@@ -204,8 +204,10 @@ def test_fuzz_run_config_dicts(overrides):
 
 
 @pytest.mark.slow
-def test_fuzz_run_config_dicts_long():
-    LONG(given(run_overrides)(_property_overrides))()
+@LONG
+@given(run_overrides)
+def test_fuzz_run_config_dicts_long(overrides):
+    _property_overrides(overrides)
 
 
 # --- YAML files -----------------------------------------------------------------------------
@@ -257,8 +259,10 @@ def test_fuzz_yaml_files(text):
 
 
 @pytest.mark.slow
-def test_fuzz_yaml_files_long():
-    LONG(given(yaml_texts())(_property_yaml))()
+@LONG
+@given(yaml_texts())
+def test_fuzz_yaml_files_long(text):
+    _property_yaml(text)
 
 
 # --- --set lists ------------------------------------------------------------------------------
@@ -304,8 +308,10 @@ def test_fuzz_set_lists(pairs):
 
 
 @pytest.mark.slow
-def test_fuzz_set_lists_long():
-    LONG(given(st.lists(set_pair(), min_size=1, max_size=4))(_property_set))()
+@LONG
+@given(st.lists(set_pair(), min_size=1, max_size=4))
+def test_fuzz_set_lists_long(pairs):
+    _property_set(pairs)
 
 
 # --- evaluator suites -------------------------------------------------------------------------
@@ -375,8 +381,10 @@ def test_fuzz_eval_suites(data):
 
 
 @pytest.mark.slow
-def test_fuzz_eval_suites_long():
-    LONG(given(suite_dicts())(_property_suite))()
+@LONG
+@given(suite_dicts())
+def test_fuzz_eval_suites_long(data):
+    _property_suite(data)
 
 
 def test_schema_is_covered():

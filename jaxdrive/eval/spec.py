@@ -71,7 +71,8 @@ def _scenario_paths(name: str, value: Any) -> tuple[str, ...] | None:
         return None
     if isinstance(value, str):
         value = (value,)
-    if not isinstance(value, tuple) or not all(isinstance(p, str) and p for p in value):
+    if not isinstance(value, tuple) or not all(isinstance(p, str) and p and "\x00" not in p
+                                               for p in value):
         raise ConfigError(f"config key '{name}' must be null (procedural scenes) or a list "
                           f"of scene files / shard directories, got {as_written(value)!r}.")
     paths = []

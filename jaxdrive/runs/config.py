@@ -17,7 +17,10 @@ as dotted paths (``env.collision_behavior: remove``, also inside a section, as i
 ``eval:`` sections); a preset name
 (``quickstart``, ``selfplay_gpu``, ...; ``jaxdrive.config.list_presets``) names a file
 shipped with the package; ``--set a.b=c`` overrides any key. Unknown keys are errors
-that name the key and the allowed ones.
+that name the key and the allowed ones; so are values of the wrong type, NaN or inf,
+path keys that are not strings, and names that would leave their directory
+(``logging.run_name``). An empty config file is an error (write ``{}`` to mean all
+defaults, or give no ``--config``); one string for a list key is a list of one.
 """
 
 from __future__ import annotations
