@@ -22,6 +22,7 @@ No JAX compilation: configs are plain Python.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tempfile
@@ -33,12 +34,15 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from jaxdrive.config import FLOAT32_MAX, INT64_MAX, ConfigBase, ConfigError, parse_overrides
+from jaxdrive.config import ConfigBase, ConfigError, parse_overrides
 from jaxdrive.eval.evaluators import EVALUATORS, STRUCTURAL_KEYS
 from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.files import UnsafeNameError, safe_name
 from jaxdrive.runs.config import RunConfig, load_run_config
 
+# As jaxdrive.config's bounds; spelled out so that this file also runs on older trees.
+FLOAT32_MAX = 3.4028234663852886e38
+INT64_MAX = 2**63 - 1
 EXAMPLES = int(os.environ.get("JAXDRIVE_FUZZ_EXAMPLES", "100"))
 _COMMON = dict(deadline=None, database=None, print_blob=True,
                suppress_health_check=list(HealthCheck))
@@ -78,6 +82,8 @@ NASTY_STRINGS = ["", " ", "..", "../x", "../../etc", "/abs/path", "a/b", "a\\b",
                  "nan", "1e-3", "=", "{a: 1", "[1, 2", "&a *a", "!!python/name:os.system",
                  "vehicle", "scene", "ego", "transformer", "linear", "remove", "trial",
                  "multi_scenario", "~", "$HOME/x", "é", "\u202e"]
+
+EXTREMES = [math.nan, math.inf, -math.inf, 1e39, -1e39, 2**63, -(2**64), 10**30]
 
 scalars = st.one_of(
     st.none(), st.booleans(),
@@ -130,7 +136,10 @@ def entry(draw, leaves=RUN_LEAVES, sections=RUN_SECTIONS) -> tuple[str, Any]:
     kind = draw(st.integers(0, 9))
     if kind < 6:
         key, default = draw(st.sampled_from(leaves))
-        value = draw(_plausible(default)) if kind < 4 else draw(anything)
+        if kind == 3:  # a user's NaN, inf or overflow
+            value = draw(st.sampled_from(EXTREMES))
+        else:
+            value = draw(_plausible(default)) if kind < 3 else draw(anything)
     elif kind < 8:
         key, _ = draw(st.sampled_from(leaves))
         key = _typo(key, draw(st.integers(0, 99)), draw(st.integers(0, 3)))
