@@ -101,7 +101,8 @@ class ConfigBase:
           path: the dotted path of this section in the whole config (for messages).
 
         Raises:
-          ConfigError: naming the full dotted key and the fix.
+          ConfigError: naming the key (``'train': config key 'gamma' ...``, or the full
+          dotted path) and the fix; also for a missing required key.
         """
         if data is not None and not isinstance(data, Mapping):
             raise ConfigError(f"config section '{path or cls.__name__}' must be a mapping "

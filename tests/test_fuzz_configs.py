@@ -183,10 +183,24 @@ def _walk_numbers(value: Any, path: str = "") -> None:
         assert abs(value) <= INT64_MAX, (path, value)
 
 
+KINDS = [  # (statistics label, message pattern), first match wins
+    ("--set syntax", r"^override "),
+    ("unsafe name", r"file or directory name"),
+    ("file or YAML", r"not valid YAML|UTF-8|is empty|directory|not found|must hold a map"),
+    ("unknown key", r"unknown (config )?key|unknown section|unknown evaluator|no 'type'"),
+    ("NaN, inf or too large", r"finite number|too large"),
+    ("wrong type", r"must be (a|an|true|null) |must be a mapping|is required"),
+    ("range or relation", r"."),
+]
+
+
+def _kind(message: str) -> str:
+    return next(label for label, pattern in KINDS if re.search(pattern, message))
+
+
 def _check_error(error: ConfigError, names: set[str]) -> None:
     message = str(error)
-    key = re.search(r"'([^']*)'", message)
-    event(f"ConfigError naming {key[1][:30] if key else message[:30]!r}")
+    event(f"ConfigError: {_kind(message)}")
     assert len(message) < 2000, message[:300]
     assert any(n in message for n in names), (names, message)
 
