@@ -187,7 +187,9 @@ def convert_one(path: str, config: ScenarioConfig, convert: ConvertConfig | None
     for result in iter_converted([path], config, convert):
         if seen == index:
             if result[0] == "skip":
-                raise ConfigError(f"{result[1]['source']}: {result[1]['reason']}")
+                source, reason = result[1]["source"], result[1]["reason"]
+                raise ConfigError(reason if reason.startswith(source) else
+                                  f"{source}: {reason}")
             return result[1], result[2]
         seen += 1
     raise ConfigError(f"'{path}' holds {seen} scenes; index {index} is out of range.")

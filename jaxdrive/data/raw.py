@@ -198,7 +198,9 @@ def _within(values: np.ndarray, limit: float, mask_ndim: int) -> np.ndarray:
 
 def _fmt(value) -> str:
     """A number or small array, short."""
-    return np.array2string(np.asarray(value), precision=6) if np.ndim(value) else f"{value:g}"
+    if np.ndim(value):
+        return "(" + ", ".join(f"{v:g}" for v in np.ravel(value)) + ")"
+    return f"{value:g}"
 
 
 def close_polygon(points: np.ndarray) -> np.ndarray:
