@@ -242,8 +242,8 @@ def _huge_velocity(d):
 BAD_VALUES = {
     "NaN SDC position": (_nan_sdc_position, r"objects\[0\] \(id 1000\): position at step 4"),
     "NaN heading": (_nan_heading, r"objects\[1\] \(id 1001\): heading at step 0 is nan"),
-    "NaN length": (_nan_length, r"length nan must be in \(0, 1000\]"),
-    "negative width": (_negative_width, r"width -2 must be in \(0, 1000\]"),
+    "NaN length": (_nan_length, r"length nan must be in \[0.001, 1000\] m"),
+    "negative width": (_negative_width, r"width -2 must be in \[0.001, 1000\] m"),
     "string valid flag": (_string_valid,
                           r"objects\[0\].valid\[5\] must be true or false, got 'false'"),
     "unknown light state": (_unknown_light, r"unknown traffic-light state 'purple'"),
@@ -278,7 +278,7 @@ def test_nan_in_a_tfrecord_scene_is_skipped(tmp_path):
     reason = m["skipped"][0]["reason"]
     assert m["skipped"][0]["source"] == f"{tmp_path / 'a.tfrecord'}#0"
     assert "objects[0] (id 1000): position at step 10 is (nan, -2491.72)" in reason
-    assert "objects[1] (id 1001): length -1 must be in (0, 1000]" in reason
+    assert "objects[1] (id 1001): length -1 must be in [0.001, 1000] m" in reason
 
 
 def test_scenario_checks_flag_non_finite_and_bad_values(cache):

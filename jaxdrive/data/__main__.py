@@ -64,7 +64,9 @@ def cmd_convert(args) -> int:
     print(f"truncated: {m['truncated_agents']} agents, {m['truncated_road_points']} road "
           f"points; dropped never-valid agents: {m['totals']['dropped_invalid_agents']}")
     for s in m["skipped"]:
-        print(f"skipped {s['source']}: {s['reason']}")
+        source, reason = s["source"], s["reason"]  # most reasons name their source
+        print(f"skipped {reason}" if reason.startswith(source) else
+              f"skipped {source}: {reason}")
     print(f"manifest: {args.out}/{shards_lib.MANIFEST}")
     if n == 0:
         print("error: no scenario could be converted (see the skip reasons above).",

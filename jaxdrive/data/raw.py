@@ -133,7 +133,7 @@ class RawScene:
 
         Checked where they are used: positions, headings and velocities at valid steps
         (finite, within ``MAX_COORD`` m / ``MAX_HEADING`` rad / ``MAX_SPEED`` m/s); box
-        sizes of objects valid at some step (finite, in (0, ``MAX_SIZE``] m); road points
+        sizes of objects valid at some step (in [``MIN_SIZE``, ``MAX_SIZE``] m); road points
         and stop points (finite, within ``MAX_COORD``); object, road and traffic-light
         types in range; flags boolean. Invalid steps may hold anything (they are masked).
         """
@@ -155,11 +155,12 @@ class RawScene:
                     f"finite, |{what}| <= {limit:g}; {int(bad.sum())} valid steps affected)")
         present = valid.any(axis=1)
         for what, values in (("length", self.length), ("width", self.width)):
-            bad = present & ~((values > 0) & (values <= MAX_SIZE))
+            bad = present & ~((values >= MIN_SIZE) & (values <= MAX_SIZE))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 problems.append(f"{self._object(i)}: {what} {_fmt(values[i])} must be in "
-                                f"(0, {MAX_SIZE:g}] m ({int(bad.sum())} objects affected)")
+                                f"[{MIN_SIZE:g}, {MAX_SIZE:g}] m ({int(bad.sum())} objects "
+                                "affected)")
         for what, values in (("road point", self.road_xy),
                              ("traffic-light stop point", self.tl_stop_xy)):
             bad = ~_within(values, MAX_COORD, 1)
@@ -186,7 +187,7 @@ class RawScene:
 MAX_COORD = 1e7  # m, world coordinates (WOMD: kilometres)
 MAX_SPEED = 1e3  # m/s
 MAX_HEADING = 1e3  # rad (after reading degrees as such)
-MAX_SIZE = 1e3  # m, box length and width
+MIN_SIZE, MAX_SIZE = 1e-3, 1e3  # m, box length and width
 
 
 def _within(values: np.ndarray, limit: float, mask_ndim: int) -> np.ndarray:
