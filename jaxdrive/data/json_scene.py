@@ -121,15 +121,20 @@ def _numbers(values: Any, where: str) -> np.ndarray:
         for i, v in enumerate(values):
             _number(v, f"{where}[{i}]")
         raise SceneError(f"{where} must be a list of numbers.")
-    return arr.astype(np.float64)
+    return arr.astype(np.float64, copy=False)
 
 
 def _flags(values: Any, where: str) -> np.ndarray:
     """A JSON list of booleans -> (n,) bool (strings such as "false" are refused)."""
     _list(values, where, "a list of booleans")
-    for i, v in enumerate(values):
-        if not isinstance(v, bool):
-            raise SceneError(f"{where}[{i}] must be true or false, got {_show(v)}.")
+    try:
+        arr = np.array(values)  # bool dtype only if every entry is a JSON boolean
+    except (TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is None or (values and (arr.dtype != np.bool_ or arr.ndim != 1)):
+        for i, v in enumerate(values):
+            if not isinstance(v, bool):
+                raise SceneError(f"{where}[{i}] must be true or false, got {_show(v)}.")
     return np.array(values, bool).reshape(-1)
 
 
@@ -147,7 +152,7 @@ def _xy(points: Any, where: str) -> np.ndarray:
             _number(_need(p, "x", f"{where}[{i}]"), f"{where}[{i}].x")
             _number(_need(p, "y", f"{where}[{i}]"), f"{where}[{i}].y")
         raise SceneError(f"{where}: points must be objects with numbers 'x' and 'y'.")
-    return arr.astype(np.float64).reshape(-1, 2)
+    return arr.astype(np.float64, copy=False).reshape(-1, 2)
 
 
 def _read_object(obj: Any, i: int, t_steps: int, where: str) -> dict[str, Any]:
