@@ -23,7 +23,8 @@ from jaxdrive.data.dataset import ScenarioDataset
 from jaxdrive.data.json_scene import read_json_scene
 from jaxdrive.data.load import convert_to_shards
 from jaxdrive.data.raw import SceneError
-from jaxdrive.data.staging import staged_cache
+from jaxdrive.data.staging import _move_in, staged_cache
+from jaxdrive.data.subsets import subset_ids
 from jaxdrive.data.synth import raw_to_json, synth_scenario
 from jaxdrive.data.tfrecord import write_records
 from jaxdrive.data.womd import parse_scenario
@@ -196,6 +197,27 @@ def test_an_interrupted_conversion_leaves_the_previous_cache_intact(tmp_path, ca
     assert tree(cache) == before
     assert sorted(os.listdir(tmp_path)) == ["cache", "s0.json", "s1.json", "s2.json"]
     load_scenarios([str(cache)], SC)
+
+
+def test_conversion_into_a_new_nested_directory(tmp_path):
+    out = tmp_path / "a" / "b" / "cache"
+    assert convert([write(tmp_path / "s.json", scene(0))], out) == 0
+    assert sorted(os.listdir(out)) == ["manifest.json", "shard-00000.npz"]
+    assert os.listdir(tmp_path / "a" / "b") == ["cache"]
+
+
+def test_in_place_publication_replaces_the_cache_manifest_last(tmp_path, cache):
+    # The fallback when the staging directory cannot sit next to the output (parent not
+    # writable) or the directories cannot be swapped (a mount point).
+    convert_to_shards([str(tmp_path / "s0.json")], tmp_path / "new", SC)
+    staging = cache / ".converting-test"
+    shutil.copytree(tmp_path / "new", staging)
+    (cache / "notes.txt").write_text("mine")
+    _move_in(str(staging), str(cache), ["shard-00000.npz", "shard-00001.npz"])
+    assert sorted(os.listdir(cache)) == [".converting-test", "manifest.json", "notes.txt",
+                                         "shard-00000.npz"]
+    scen, report = load_scenarios([str(cache)], SC)
+    assert report["scenario_ids"] == ["scene0"]
 
 
 def test_out_dir_that_is_a_file_is_refused_before_work(tmp_path, capsys):
@@ -385,3 +407,13 @@ def test_empty_tfrecord_is_listed_as_skipped(tmp_path):
     assert m["num_scenarios"] == 1
     assert m["skipped"] == [{"source": str(tmp_path / "in" / "empty.tfrecord"),
                              "reason": "empty TFRecord file (no records)"}]
+
+
+def test_damaged_subset_file_is_a_clear_error(cache):
+    (cache / "subsets").mkdir()
+    (cache / "subsets" / "turns.json").write_text('{"scenario_ids": ')
+    with pytest.raises(ConfigError, match=r"cannot read subset file .*turns.json"):
+        subset_ids(cache, "turns")
+    (cache / "subsets" / "turns.json").write_text('{"ids": []}')
+    with pytest.raises(ConfigError, match="must hold a list of scenario ids"):
+        subset_ids(cache, "turns")

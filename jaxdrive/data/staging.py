@@ -51,6 +51,7 @@ def _make_staging(out_dir: str) -> tuple[str, bool]:
     umask = os.umask(0)
     os.umask(umask)
     try:
+        os.makedirs(parent, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=f".{name}.converting-", dir=parent)
         os.chmod(staging, 0o777 & ~umask)  # the mode os.makedirs gives (mkdtemp: 0o700)
         return staging, True
