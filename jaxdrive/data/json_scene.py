@@ -186,6 +186,11 @@ def _scenario_id(data: dict, source: str) -> str:
     if not value:
         return os.path.splitext(os.path.basename(source))[0]
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")  # lone surrogates ("\ud800") cannot be printed or stored
+        except UnicodeEncodeError:
+            raise SceneError(f"{source}: 'scenario_id' is not valid text, got "
+                             f"{_show(value)}.") from None
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
@@ -315,7 +320,7 @@ def _traffic_lights(tl: Any, t_steps: int, source: str, notes: list[str]):
     valid = np.zeros((k, t_steps), bool)
     stop = np.zeros((k, 2), np.float64)
     for slot, (lane, series) in enumerate(tl.items()):
-        where = f"{source}: tl_states[{lane}]"
+        where = f"{source}: tl_states[{_show(lane)}]"
         try:
             lanes[slot] = int(lane)
         except (TypeError, ValueError, OverflowError):

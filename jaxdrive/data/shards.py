@@ -167,7 +167,9 @@ def previous_shard_files(directory: str | os.PathLike) -> list[str]:
             old = json.loads(f.read())
     except (OSError, ValueError, RecursionError):
         return []
-    shards = old.get("shards") if isinstance(old, dict) else None
+    if not isinstance(old, dict) or old.get("format") != FORMAT:
+        return []  # not ours: nothing it lists is deleted
+    shards = old.get("shards")
     if not isinstance(shards, list):
         return []
     return [_shard_file(shard, j, path) for j, shard in enumerate(shards)]
