@@ -103,9 +103,10 @@ def _track_rows(track, out: np.ndarray) -> None:
     """Fill ``out`` (T, 8) with x, y, heading, vx, vy, valid, length, width per state."""
     rec = _block(track.SerializeToString(), 3, len(track.states), _STATE_DT, _STATE_TAGS)
     if rec is not None:
-        for j, name in enumerate(("cx", "cy", "heading", "vx", "vy", "valid", "length",
-                                  "width")):
-            out[:, j] = rec[name]
+        with np.errstate(invalid="ignore"):  # a signalling NaN is checked later, not warned
+            for j, name in enumerate(("cx", "cy", "heading", "vx", "vy", "valid", "length",
+                                      "width")):
+                out[:, j] = rec[name]
         return
     out[:] = np.array([(st.center_x, st.center_y, st.heading, st.velocity_x, st.velocity_y,
                       st.valid, st.length, st.width) for st in track.states],
