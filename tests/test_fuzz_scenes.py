@@ -149,7 +149,8 @@ def check_converted(arrays: dict) -> None:
 
 def _fuzz_reader(examples: int) -> collections.Counter:
     outcomes = collections.Counter()
-    tmp = tempfile.mkdtemp(prefix="jaxdrive-fuzz-")
+    tmp_dir = tempfile.TemporaryDirectory(prefix="jaxdrive-fuzz-")
+    tmp = tmp_dir.name
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=not RANDOM,
               suppress_health_check=list(HealthCheck))
@@ -169,7 +170,8 @@ def _fuzz_reader(examples: int) -> collections.Counter:
         check_converted(arrays)
         outcomes[f"{base}: converted"] += 1
 
-    run()
+    with tmp_dir:
+        run()
     print(f"\njson reader fuzz: {sum(outcomes.values())} examples, {dict(outcomes)}")
     return outcomes
 
