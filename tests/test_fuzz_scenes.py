@@ -243,22 +243,43 @@ def test_fuzz_convert_cli_stays_inside_out_dir_long():
     _fuzz_cli(SLOW_EXAMPLES // 5)
 
 
+STATE_FIELDS = ("center_x", "center_y", "heading", "velocity_x", "velocity_y", "length",
+                "width")
+SPECIAL_FLOATS = st.sampled_from([math.nan, math.inf, -math.inf, 1e300, -1e30, 3e38, 0.0,
+                                  -1.0, 1e-40]) | st.floats(width=32)
+FIELD_EDIT = st.tuples(st.integers(0, 2), st.integers(0, 7), st.sampled_from(STATE_FIELDS),
+                       SPECIAL_FLOATS)
+
+
+def _edited_proto(edits, map_value) -> bytes:
+    """The fuzz proto with state fields (track, step, field, value) and the first map
+    point's x set."""
+    proto = _proto()
+    for track, step, field, value in edits:
+        setattr(proto.tracks[track].states[step], field, value)
+    if map_value is not None:
+        proto.map_features[0].lane.polyline[0].x = map_value
+    return proto.SerializeToString()
+
+
 def _fuzz_proto(examples: int) -> collections.Counter:
-    """Byte flips and truncations of a serialized WOMD proto: a usable scene or a
+    """Field edits (NaN, inf, huge, negative sizes in track states and map points), then
+    byte flips and truncations of the serialized WOMD proto: a usable scene or a
     SceneError naming the source, nothing else."""
     outcomes = collections.Counter()
-    payload = _proto().SerializeToString()
+    size = len(_proto().SerializeToString())
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=not RANDOM,
               suppress_health_check=list(HealthCheck))
-    @given(flips=st.lists(st.tuples(st.integers(0, len(payload) - 1), st.integers(0, 255)),
-                          min_size=1, max_size=4), cut=st.integers(0, len(payload)))
-    def run(flips, cut):
-        data = bytearray(payload)
+    @given(edits=st.lists(FIELD_EDIT, max_size=3), map_value=st.none() | SPECIAL_FLOATS,
+           flips=st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, 255)),
+                          max_size=4), cut=st.none() | st.integers(0, size))
+    def run(edits, map_value, flips, cut):
+        data = bytearray(_edited_proto(edits, map_value))
         for at, value in flips:
-            data[at] = value
+            data[at % len(data)] = value
         try:
-            arrays, _ = convert_scene(parse_scenario(bytes(data[:cut or None]), "f#0"), SC, CC)
+            arrays, _ = convert_scene(parse_scenario(bytes(data[:cut]), "f#0"), SC, CC)
         except SceneError as e:
             assert str(e).startswith("f#0"), str(e)
             outcomes["scene error"] += 1
