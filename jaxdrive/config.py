@@ -11,6 +11,24 @@ Config files may ``inherits:`` other files and spell nested keys as dotted paths
 ``eval:`` sections of ``jaxdrive.eval.suite``) the same ``inherits``, plus templates.
 ``inherit`` and ``expand_dotted`` are the machinery both use.
 
+Every input error is a ``ConfigError`` naming the key (or the file, or the ``--set``
+argument) and the fix, never a traceback from deeper in:
+
+- ``from_dict`` checks each value against its field's type (``check_type``): floats are
+  finite and within float32 (NaN, inf and 1e39 are refused), ints within int64, strings
+  (names, paths) are strings, lists hold elements of their type; one string given for a
+  list of strings is a list of one (``train.co_players: runs/a``), never split.
+- YAML is read by ``yaml_load``: safe (Python tags refused), YAML 1.2 floats (``1e-3`` is
+  a float, not a string), a key twice in one mapping is an error, alias expansion is
+  bounded (``MAX_YAML_NODES``; an alias bomb fails at once) and recursive aliases are
+  refused. A config file that is missing, a directory, not UTF-8, invalid YAML or empty
+  is an error; an empty file is refused with a hint (write ``{}`` for all defaults).
+- ``parse_overrides`` (``--set``) refuses empty key parts, values that are not YAML
+  (``train.num_envs==``, ``{a: 1``) and a key inside a value an earlier override set
+  to a non-mapping (``x=1`` then ``x.y=2``).
+- Names used as one path component (``logging.run_name``, eval section names) pass
+  ``check_name`` (``jaxdrive.files.safe_name``).
+
 The YAML presets (the repository's ``configs/``) ship inside the package as package data
 ``jaxdrive.presets``; ``resolve_config_path`` turns a ``--config`` argument (a file, or a
 preset name such as ``quickstart`` or ``eval/default``) into a file, ``list_presets``
@@ -21,11 +39,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import pathlib
+import re
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import yaml
+
+from jaxdrive.files import UnsafeNameError, safe_name
+
+# Largest magnitude of a float config value: the device computes in float32, where
+# anything beyond is inf.
+FLOAT32_MAX = 3.4028234663852886e38
+# Int config values must fit in int64 (what NumPy and JAX hold them in).
+INT64_MAX = 2**63 - 1
 
 
 class ConfigError(ValueError):
@@ -34,7 +65,7 @@ class ConfigError(ValueError):
 
 def suggest(name: str, allowed: Sequence[str]) -> str:
     """`` Did you mean 'X'?`` for the closest of ``allowed`` to ``name``, or ``""``."""
-    close = difflib.get_close_matches(name, list(allowed), n=1)
+    close = difflib.get_close_matches(str(name), [str(a) for a in allowed], n=1)
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
@@ -44,16 +75,41 @@ def _to_hashable(value: Any) -> Any:
     return value
 
 
+def _in_section(path: str, error: ConfigError) -> ConfigError:
+    """``error`` of a key of section ``path`` prefixed with the section (``'train': ...``)
+    unless it names it already."""
+    if path and not str(error).startswith(f"'{path}"):
+        return ConfigError(f"'{path}': {error}")
+    return error
+
+
 @dataclasses.dataclass(frozen=True)
 class ConfigBase:
     """Base of every config dataclass: strict ``from_dict``, ``to_dict``, ``replace``."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = ""):
-        """Build the config from a (nested) mapping; unknown keys are errors."""
+        """Build the config from a (nested) mapping; unknown keys are errors.
+
+        Every value is checked against its field's type first (``check_type``): a float
+        field holds a finite number, an int field an int, a string field (names, paths)
+        a string, a list field a list of such values (one string reads as a list of
+        one); then the class's ``__post_init__`` checks ranges and relations.
+
+        Args:
+          data: the section's keys (None = all defaults).
+          path: the dotted path of this section in the whole config (for messages).
+
+        Raises:
+          ConfigError: naming the key (``'train': config key 'gamma' ...``, or the full
+          dotted path) and the fix; also for a missing required key.
+        """
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(f"config section '{path or cls.__name__}' must be a mapping "
+                              f"of {cls.__name__} keys, got {type(data).__name__}.")
         data = dict(data or {})
         fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(set(data) - set(fields))
+        unknown = sorted(set(data) - set(fields), key=str)
         if unknown:
             where = f" in '{path}'" if path else ""
             key = unknown[0]
@@ -77,13 +133,20 @@ class ConfigBase:
                         f"fields, got {type(value).__name__}."
                     )
             else:
-                kwargs[name] = _to_hashable(value)
+                try:
+                    kwargs[name] = check_type(name, _to_hashable(value), sub)
+                except ConfigError as e:
+                    raise _in_section(path, e) from None
+        missing = [name for name, f in fields.items() if name not in kwargs
+                   and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ConfigError(f"config key '{path + '.' if path else ''}{missing[0]}' is "
+                              f"required ({cls.__name__} has no default for it); set it.")
         try:
             return cls(**kwargs)
         except ConfigError as e:
-            if path and not str(e).startswith(f"'{path}"):
-                raise ConfigError(f"'{path}': {e}") from None
-            raise
+            raise _in_section(path, e) from None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict of the fields (sub-configs as dicts, tuples as lists), as
@@ -109,8 +172,7 @@ def check_range(
 ) -> None:
     """Raise ``ConfigError`` unless ``lo <= value <= hi`` (``lo < value`` if ``lo_open``,
     ``value < hi`` if ``hi_open``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"config key '{name}' must be a number, got {value!r}.")
+    check_number(name, value)
     bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
     bad_hi = hi is not None and (value >= hi if hi_open else value > hi)
     if bad_lo or bad_hi:
@@ -118,28 +180,45 @@ def check_range(
         hi_s = "inf" if hi is None else f"{hi}"
         opening = "(" if lo_open else "["
         closing = ")" if hi_open else "]"
-        raise ConfigError(f"config key '{name}' = {value!r} is out of range; allowed "
+        raise ConfigError(f"config key '{name}' = {_clip(value)} is out of range; allowed "
                           f"{opening}{lo_s}, {hi_s}{closing}.")
+
+
+def check_number(name: str, value: Any, limit: float | None = None) -> None:
+    """Raise ``ConfigError`` unless ``value`` is a finite int or float (not a bool) of
+    magnitude at most ``limit`` (default: ``INT64_MAX`` for an int, ``FLOAT32_MAX`` for a
+    float; beyond float32 a value is inf on the device). NaN and inf are refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"config key '{name}' must be a number, got {_clip(value)}.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{name}' = {_clip(value)} must be a finite number "
+                          "(NaN and inf are not allowed); give a number.")
+    if limit is None:
+        limit = INT64_MAX if isinstance(value, int) else FLOAT32_MAX
+    if abs(value) > limit:
+        raise ConfigError(f"config key '{name}' = {_clip(value)} is too large in magnitude "
+                          f"(at most {limit:.4g}); give a smaller number.")
 
 
 def check_bool(name: str, value: Any) -> None:
     """Raise ``ConfigError`` unless ``value`` is ``True`` or ``False``."""
     if not isinstance(value, bool):
-        raise ConfigError(f"config key '{name}' must be true or false, got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be true or false, got {_clip(value)}.")
 
 
 def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
     """Raise ``ConfigError`` unless ``value`` is an int in ``[lo, hi]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"config key '{name}' must be an integer, got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be an integer, got {_clip(value)}.")
     check_range(name, value, lo, hi)
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
     """Raise ``ConfigError`` unless ``value`` is one of ``allowed``."""
     if value not in allowed:
+        hint = suggest(value, allowed) if isinstance(value, str) else ""
         raise ConfigError(
-            f"config key '{name}' = {value!r} is not allowed.{suggest(str(value), allowed)} "
+            f"config key '{name}' = {_clip(value)} is not allowed.{hint} "
             f"Allowed values: {', '.join(map(str, allowed))}."
         )
 
@@ -147,28 +226,231 @@ def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
 def check_interval(name: str, value: Any, lo: float | None = None, hi: float | None = None):
     """Raise ``ConfigError`` unless ``value`` is a pair ``(low, high)`` with low <= high."""
     if not (isinstance(value, tuple) and len(value) == 2):
-        raise ConfigError(f"config key '{name}' must be a pair [low, high], got {value!r}.")
+        raise ConfigError(f"config key '{name}' must be a pair [low, high], got {_clip(value)}.")
     check_range(f"{name}[0]", value[0], lo, hi)
     check_range(f"{name}[1]", value[1], lo, hi)
     if value[0] > value[1]:
         raise ConfigError(f"config key '{name}' = {list(value)}: low must not exceed high.")
 
 
-def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """Turn ``["a.b=3", "c=x"]`` into a nested dict; values are parsed as YAML scalars."""
-    import yaml
+def check_name(name: str, value: Any) -> None:
+    """Raise ``ConfigError`` unless ``value`` is safe as one file or directory name
+    (``jaxdrive.files.safe_name``: no separators, ``..``, absolute paths or NUL)."""
+    try:
+        safe_name(value, f"config key '{name}'")
+    except UnsafeNameError as e:
+        raise ConfigError(f"{e}.") from None
 
+
+def check_path(name: str, value: Any, optional: bool = True) -> None:
+    """Raise ``ConfigError`` unless ``value`` is a non-empty path string without NUL
+    (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value or "\x00" in value:
+        none = " or null" if optional else ""
+        raise ConfigError(f"config key '{name}' must be a path (a non-empty string{none}), "
+                          f"got {_clip(value)}; quote a path that YAML would read as a number.")
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint))
+
+
+def check_type(name: str, value: Any, hint: Any) -> Any:
+    """``value`` checked against a field's type hint; returns it, with one string given
+    for a list of strings read as a list of one (``co_players: runs/a``).
+
+    Checked: ``bool``, ``int`` (not bool, within int64), ``float`` (an int or float,
+    finite, within float32: ``check_number``), ``str``, ``X | None``, tuples of those
+    (``tuple[str, ...]``, ``tuple[float, float]``; lists arrive as tuples). Other hints
+    (config sections, ``Any``) pass unchecked.
+
+    Raises:
+      ConfigError: naming ``name`` (``train.co_players[1]`` for an element).
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return value
+        rest = [a for a in args if a is not type(None)]
+        return check_type(name, value, rest[0]) if len(rest) == 1 else value
+    if hint is bool:
+        check_bool(name, value)
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{name}' must be an integer, got {_clip(value)}.")
+        check_number(name, value)
+    elif hint is float:
+        check_number(name, value, FLOAT32_MAX)
+    elif hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{name}' must be a string, got {_clip(value)}; quote "
+                              "it in YAML if it looks like a number.")
+    elif origin is tuple:
+        return _check_tuple(name, value, args)
+    return value
+
+
+def _check_tuple(name: str, value: Any, args: tuple) -> tuple:
+    """``check_type`` for ``tuple[T, ...]`` (any length) and ``tuple[A, B]`` (fixed)."""
+    variadic = len(args) == 2 and args[1] is Ellipsis
+    if variadic and args[0] is str and isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, tuple):
+        raise ConfigError(f"config key '{name}' must be a list, got {_clip(value)}.")
+    if variadic:
+        elems = [args[0]] * len(value)
+    else:
+        elems = list(args)
+        if len(value) != len(elems):
+            kinds = ", ".join(_type_name(a) for a in elems)
+            raise ConfigError(f"config key '{name}' must be a list of {len(elems)} values "
+                              f"[{kinds}], got {_clip(list(value))}.")
+    return tuple(check_type(f"{name}[{i}]", v, t) for i, (v, t) in
+                 enumerate(zip(value, elems, strict=True)))
+
+
+# Alias expansion is bounded: a few hundred bytes of nested aliases ("billion laughs")
+# would otherwise expand to billions of values in the merges that follow.
+MAX_YAML_NODES = 100_000
+
+
+class YamlLimitError(yaml.YAMLError):
+    """A YAML document that is too large once expanded, recursive, or has a key twice."""
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no Python tags) with YAML 1.2 floats (``1e-3``, which the 1.1
+    resolver reads as a string) and duplicate keys refused."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise YamlLimitError(f"key {key!r} appears twice (lines {seen[key]} and "
+                                     f"{line}); keep one")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], stack: set[int]) -> int:
+    """Nodes ``node`` stands for with every alias expanded (memoised: linear time)."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if key in stack:
+        raise YamlLimitError("an alias refers to a node that contains it (a recursive "
+                             "structure); write the values out")
+    stack.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    else:
+        children = []
+    for child in children:
+        size += _expanded_size(child, memo, stack)
+        if size > MAX_YAML_NODES:
+            raise YamlLimitError(f"the document expands to more than {MAX_YAML_NODES:,} "
+                                 "values (nested aliases?); write it out or use inherits:")
+    stack.discard(key)
+    memo[key] = size
+    return size
+
+
+def yaml_load(text: str) -> Any:
+    """One YAML document parsed safely: no Python tags, YAML 1.2 floats (``1e-3``),
+    duplicate keys refused, alias expansion bounded by ``MAX_YAML_NODES``.
+
+    Raises:
+      yaml.YAMLError: invalid YAML; ``YamlLimitError`` for a duplicate key, a recursive
+        alias or a document too large once expanded; RecursionError for nesting deeper
+        than the parser's stack.
+    """
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, {}, set())
+        try:
+            return loader.construct_document(node)
+        except ValueError as e:  # an impossible date, an int of 5000 digits
+            raise YamlLimitError(f"a value cannot be read: {e}") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(e: BaseException, lines: bool = True) -> str:
+    """A YAML error in one line: the problem, and where (``lines``) when it is known."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem:
+        mark = e.problem_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if lines and mark else ""
+        return f"{e.problem}{at}"
+    return str(e)
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """Turn ``["a.b=3", "c=x"]`` into a nested dict; values are parsed as YAML (``yaml_load``).
+
+    A later override of the same key wins; an override whose key goes through a value
+    an earlier one set to a non-mapping (``x=1`` then ``x.y=2``) is an error.
+
+    Raises:
+      ConfigError: naming the override, for a missing ``=``, an empty key part
+        (``a..b``, ``=3``), a value that is not valid YAML (``{a: 1``, ``=``) or such a
+        conflict.
+    """
     out: dict[str, Any] = {}
     for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"override '{pair}' must look like key.sub=value.")
+        if not isinstance(pair, str) or "=" not in pair:
+            raise ConfigError(f"override {_clip(pair)} must look like key.sub=value.")
         key, raw = pair.split("=", 1)
-        node = out
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw)
+        if not all(p.strip() for p in parts):
+            raise ConfigError(f"override {_clip(pair)}: the key {_clip(key.strip())} must be "
+                              "a name or a dotted path like train.num_envs (no empty parts).")
+        try:
+            value = yaml_load(raw)
+        except (yaml.YAMLError, RecursionError) as e:
+            raise ConfigError(
+                f"override {_clip(pair)}: the value is not valid YAML "
+                f"({_yaml_problem(e, lines=False)}); write key=value with one '=', and "
+                "quote a string value that holds YAML syntax.") from None
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                head = ".".join(parts[: i + 1])
+                raise ConfigError(f"override {_clip(pair)} sets a key inside '{head}', which "
+                                  f"an earlier override set to {_clip(child)}; drop one of "
+                                  "them.")
+            node = child
+        node[parts[-1]] = value
     return out
+
+
+def _clip(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts
+        return "<a number too long to print>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,7 +509,7 @@ def parent_names(value: Any, where: str, noun: str) -> list[str]:
         parents = [parents]
     if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
         raise ConfigError(f"{where}: 'inherits' must be a {noun} or a list of {noun}s, "
-                          f"got {parents!r}.")
+                          f"got {_clip(parents)}.")
     return parents
 
 
@@ -263,13 +545,58 @@ def inherit(name: K, read: Callable[[K, tuple[K, ...]], tuple[Mapping[str, Any],
     return merge(merged, own)
 
 
+def read_yaml_file(file: str, inherited_by: str | None = None) -> dict[str, Any]:
+    """One YAML config file as a mapping (``yaml_load``: safe, bounded, no duplicate keys).
+
+    Args:
+      file: the path.
+      inherited_by: the file that ``inherits:`` it, for messages.
+
+    Raises:
+      ConfigError: naming the file, when it is missing, a directory, unreadable, not
+        UTF-8, not valid YAML, empty (no keys: write ``{}`` for all defaults) or not a
+        mapping.
+    """
+    by = f" (inherited by '{inherited_by}')" if inherited_by else ""
+    try:
+        with open(file, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"config file '{file}' not found{by}.") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file '{file}'{by} is a directory; give a YAML file "
+                          "(or a preset name).") from None
+    except OSError as e:
+        raise ConfigError(f"config file '{file}'{by} cannot be read: "
+                          f"{e.strerror or e}.") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{file}'{by} is not UTF-8 text (byte "
+                          f"0x{raw[e.start]:02x} at offset {e.start}); save it as UTF-8."
+                          ) from None
+    try:
+        data = yaml_load(text)
+    except (yaml.YAMLError, RecursionError) as e:
+        raise ConfigError(f"config file '{file}' is not valid YAML: "
+                          f"{_yaml_problem(e)}") from None
+    if data is None:
+        raise ConfigError(f"config file '{file}'{by} is empty. Write '{{}}' in it to mean "
+                          "all defaults, or leave out --config.")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{file}' must hold a mapping of sections, got "
+                          f"{type(data).__name__}.")
+    return data
+
+
 def load_yaml(path: str | os.PathLike, dotted: bool = False) -> dict[str, Any]:
     """A YAML config file as a dict, with file inheritance resolved.
 
     A file may name parents with ``inherits: base.yaml`` (or a list, merged in order);
     paths are relative to the file that names them. Parents are merged first and the
-    child wins key by key (nested mappings merge recursively). A missing file, invalid
-    YAML, a non-mapping or an inheritance cycle is a ``ConfigError`` naming the files.
+    child wins key by key (nested mappings merge recursively). A missing or unreadable
+    file, invalid YAML (``read_yaml_file``), an empty file, a non-mapping or an
+    inheritance cycle is a ``ConfigError`` naming the files.
 
     Args:
       path: the file.
@@ -280,18 +607,7 @@ def load_yaml(path: str | os.PathLike, dotted: bool = False) -> dict[str, Any]:
     """
 
     def read(file: str, chain: tuple[str, ...]):
-        import yaml
-
-        try:
-            with open(file) as f:
-                data = yaml.safe_load(f) or {}
-        except FileNotFoundError:
-            by = f" (inherited by '{chain[-1]}')" if chain else ""
-            raise ConfigError(f"config file '{file}' not found{by}.") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file '{file}' is not valid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file '{file}' must hold a mapping of sections.")
+        data = read_yaml_file(file, chain[-1] if chain else None)
         parents = parent_names(data.pop("inherits", None), f"config file '{file}'",
                                "file name")
         if dotted:
@@ -454,6 +770,9 @@ def resolve_config_path(name_or_path: str | os.PathLike) -> str:
     presets = list_presets()
     if name in presets:
         return str(presets_dir() / f"{name}{PRESET_SUFFIX}")
+    if os.path.isdir(arg):
+        raise ConfigError(f"config '{arg}' is a directory; give a YAML file or a preset "
+                          f"name (presets: {', '.join(presets) or 'none'}).")
     if not presets:
         raise ConfigError(f"config '{arg}' is not a file, and no presets were found (the "
                           "jaxdrive package holds no jaxdrive/presets).")

@@ -4,8 +4,16 @@ import os
 
 import pytest
 
-from jaxdrive.files import (OutputError, UnsafeNameError, atomic_open, atomic_write_text,
-                            check_writable, check_writable_file, confined, safe_name)
+from jaxdrive.files import (
+    OutputError,
+    UnsafeNameError,
+    atomic_open,
+    atomic_write_text,
+    check_writable,
+    check_writable_file,
+    confined,
+    safe_name,
+)
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):

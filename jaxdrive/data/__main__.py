@@ -23,6 +23,7 @@ from jaxdrive.data import subsets as subsets_lib
 from jaxdrive.data.checks import scenario_problems
 from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario
 from jaxdrive.data.load import convert_one, convert_to_shards
+from jaxdrive.files import OutputError
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import ObjectType, RoadType
 
@@ -63,7 +64,9 @@ def cmd_convert(args) -> int:
     print(f"truncated: {m['truncated_agents']} agents, {m['truncated_road_points']} road "
           f"points; dropped never-valid agents: {m['totals']['dropped_invalid_agents']}")
     for s in m["skipped"]:
-        print(f"skipped {s['source']}: {s['reason']}")
+        source, reason = s["source"], s["reason"]  # most reasons name their source
+        print(f"skipped {reason}" if reason.startswith(source) else
+              f"skipped {source}: {reason}")
     print(f"manifest: {args.out}/{shards_lib.MANIFEST}")
     if n == 0:
         print("error: no scenario could be converted (see the skip reasons above).",
@@ -84,10 +87,13 @@ def _find_in_cache(directory: str, key: str | None, index: int):
         raise ConfigError(f"'{directory}' holds {len(records)} scenarios; index {index} is "
                           "out of range.")
     rec = records[index]
-    shard = shards_lib.read_shard(f"{directory}/{manifest['shards'][rec['shard']]['file']}")
+    stored = shards_lib.manifest_scenario_config(manifest)
+    init_step = ConvertConfig.from_dict(manifest["convert_config"],
+                                        "manifest.convert_config").init_step
+    shard = shards_lib.read_shard(shards_lib.shard_path(directory, manifest, rec["shard"]),
+                                  stored, manifest["shards"][rec["shard"]]["num_scenarios"])
     arrays = {k: v[rec["index"]] for k, v in shard.items() if not k.startswith("meta.")}
-    return arrays, rec, shards_lib.manifest_scenario_config(manifest), manifest[
-        "convert_config"]["init_step"]
+    return arrays, rec, stored, init_step
 
 
 def cmd_inspect(args) -> int:
@@ -205,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except ConfigError as e:
+    except (ConfigError, OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -11,7 +11,13 @@ import numpy as np
 
 from jaxdrive.config import ConfigError
 from jaxdrive.scenarios.base import ScenarioConfig
-from jaxdrive.types import NUM_OBJECT_TYPES, NUM_ROAD_TYPES, RoadType, Scenario
+from jaxdrive.types import (
+    NUM_OBJECT_TYPES,
+    NUM_ROAD_TYPES,
+    RoadType,
+    Scenario,
+    TrafficLightState,
+)
 
 
 def scenario_problems(scenario: Scenario, config: ScenarioConfig, init_step: int = 10,
@@ -19,8 +25,9 @@ def scenario_problems(scenario: Scenario, config: ScenarioConfig, init_step: int
     """Problems of one unbatched scenario (or scenario ``index`` of a batch).
 
     Checks: leaf shapes match ``config``; exactly one SDC; the SDC is valid at
-    ``init_step``; road edges present; positions finite; object and road types in range;
-    lane-centre polyline ids in ``[0, L)`` and marked valid in the lane graph.
+    ``init_step``; road edges present; every float array finite; flags boolean; box sizes
+    > 0 for agents valid at some step; object and road types and traffic-light states in
+    range; lane-centre polyline ids in ``[0, L)`` and marked valid in the lane graph.
     """
     def leaf(x):
         x = np.asarray(x)
@@ -46,8 +53,7 @@ def scenario_problems(scenario: Scenario, config: ScenarioConfig, init_step: int
     rg_type = leaf(rg.type)
     if not np.any(rg_valid & (rg_type == RoadType.ROAD_EDGE)):
         problems.append("no road-edge points (off-road detection needs them)")
-    if not np.all(np.isfinite(leaf(obj.xy))) or not np.all(np.isfinite(leaf(rg.xy))):
-        problems.append("non-finite positions")
+    problems += _value_problems(scenario, leaf)
     valid_agent = leaf(obj.valid).any(axis=-1)
     types = leaf(obj.type)[valid_agent]
     if np.any((types < 0) | (types >= NUM_OBJECT_TYPES)):
@@ -61,6 +67,29 @@ def scenario_problems(scenario: Scenario, config: ScenarioConfig, init_step: int
             problems.append(f"lane-centre polyline ids outside [0, {L})")
         elif not np.all(leaf(scenario.lanes.valid)[lane_ids]):
             problems.append("lane-centre polylines missing from the lane graph")
+    return problems
+
+
+def _value_problems(scenario: Scenario, leaf) -> list[str]:
+    """Non-finite floats, non-boolean flags, box sizes <= 0 of agents valid at some step,
+    traffic-light states out of range (``leaf`` picks one scenario of a batch)."""
+    problems = []
+    for path, value in jax.tree_util.tree_flatten_with_path(scenario)[0]:
+        name = ".".join(getattr(p, "name", str(p)) for p in path)
+        x = leaf(value)
+        if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+            problems.append(f"non-finite values in '{name}'")
+        if (name.endswith("valid") or name.startswith("objects.is_")) and x.dtype != bool:
+            problems.append(f"'{name}' is {x.dtype}, not boolean")
+    obj, tl = scenario.objects, scenario.traffic_lights
+    present = leaf(obj.valid).any(axis=-1)
+    for what in ("length", "width"):
+        size = leaf(getattr(obj, what))[present]
+        if np.any(~(size > 0)):
+            problems.append(f"agent {what} <= 0 (or NaN) for {int(np.sum(~(size > 0)))} agents")
+    states = leaf(tl.state)[leaf(tl.valid).astype(bool)]
+    if np.any((states < 0) | (states >= len(TrafficLightState))):
+        problems.append(f"traffic-light states outside 0..{len(TrafficLightState) - 1}")
     return problems
 
 

@@ -101,7 +101,8 @@ def convert_scene(
       (float64 world frame), ``num_agents``, ``num_road_points`` (kept) and one count per
       ``REPORT_COUNTS`` name, plus ``notes``.
     Raises:
-      SceneError: the scene has no SDC valid at ``init_step`` (or is too short).
+      SceneError: the scene has no SDC valid at ``init_step`` (or is too short), or a
+        converted array is not finite.
     """
     cc = convert or ConvertConfig()
     t0 = cc.init_step
@@ -210,6 +211,10 @@ def convert_scene(
     out["traffic_lights.state"] = np.where(tl_valid, tl_state, 0).astype(np.int32)
     out["traffic_lights.valid"] = tl_valid
 
+    for key, arr in out.items():  # the readers check their values; this guards the rest
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise SceneError(f"{raw.source}: converted '{key}' is not finite; the scene "
+                             "holds values out of range.")
     info = {
         "scenario_id": raw.scenario_id, "source": raw.source,
         "origin": [float(origin[0]), float(origin[1])],

@@ -124,8 +124,9 @@ class ScenarioDataset:
 
     # ----------------------------------------------------------------- host side
     def _load(self, shard: int) -> dict[str, np.ndarray]:
-        name = self.manifest["shards"][shard]["file"]
-        arrays = shards_lib.read_shard(os.path.join(self.directory, name))
+        arrays = shards_lib.read_shard(
+            shards_lib.shard_path(self.directory, self.manifest, shard), self.stored_config,
+            self.manifest["shards"][shard]["num_scenarios"])
         rows = self._rows[shard]
         arrays = {k: v[rows] for k, v in arrays.items()}
         return shards_lib.adapt_arrays(arrays, self.stored_config, self.scenario_config)

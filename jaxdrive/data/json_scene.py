@@ -7,6 +7,11 @@ The format: ``objects`` (per-step ``position`` {x, y, z}, ``heading``, ``velocit
 ``objects_of_interest`` (track ids), ``tracks_to_predict`` ({``track_index``} or ints)).
 Headings are radians; a file whose valid headings exceed 2 pi is read as degrees (older
 GPUDrive converters wrote degrees) and says so in the scene's notes.
+
+Every value is type-checked where it is read: numbers must be JSON numbers (not strings,
+null or lists), flags JSON booleans, indices and ids integers, traffic-light states known
+names. Anything else is a ``SceneError`` naming the file, the field and the value; the
+values themselves (finite, in range) are checked by ``RawScene.check``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import reprlib
 from typing import Any
 
 import numpy as np
@@ -31,12 +37,22 @@ _ROAD_TYPES = {"lane": RoadType.LANE_CENTER, "road_edge": RoadType.ROAD_EDGE,
 _TL_STATES = {s.name.lower(): int(s) for s in TrafficLightState}
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 40, 40, 4, 3
+
+
+def _show(value: Any) -> str:
+    """A short, depth-limited repr of a JSON value for messages."""
+    return _SHOW.repr(value)
+
+
 def read_json_scene(path: str | os.PathLike) -> RawScene:
     """Read one JSON scene file.
 
     Raises:
-      SceneError: the file is not valid JSON or misses a required field (the message
-        names the file and the field).
+      SceneError: the file cannot be read, is not valid JSON (or nested too deeply), or a
+        field is missing, of the wrong type or unusable (the message names the file and
+        the field).
     """
     path = os.fspath(path)
     try:
@@ -46,20 +62,140 @@ def read_json_scene(path: str | os.PathLike) -> RawScene:
         raise SceneError(f"{path}: malformed JSON ({e}).") from None
     except UnicodeDecodeError as e:
         raise SceneError(f"{path}: not a text JSON file ({e}).") from None
+    except RecursionError:
+        raise SceneError(f"{path}: JSON nested too deeply to be a scene.") from None
+    except OSError as e:
+        raise SceneError(f"{path}: cannot read the file ({e.strerror or e}).") from None
     return scene_from_dict(data, path)
 
 
 def _need(d: Any, key: str, where: str):
-    if not isinstance(d, dict) or key not in d:
+    if not isinstance(d, dict):
+        raise SceneError(f"{where}: must be an object with '{key}', got {_show(d)}.")
+    if key not in d:
         raise SceneError(f"{where}: missing field '{key}'.")
     return d[key]
 
 
-def _xy(points: list, where: str) -> np.ndarray:
+def _opt(d: dict, key: str, default: Any = None) -> Any:
+    """``d[key]``, or ``default`` when absent or null."""
+    value = d.get(key)
+    return default if value is None else value
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (
+        isinstance(v, float) or abs(v) < 2 ** 63)
+
+
+def _number(value: Any, where: str) -> float:
+    """A JSON number -> float; ``SceneError`` for anything else (strings, null, lists)."""
+    if not _is_number(value):
+        raise SceneError(f"{where} must be a number, got {_show(value)}.")
+    return float(value)
+
+
+def _integer(value: Any, where: str) -> int:
+    """A JSON integer (or an integral float) -> int; ``SceneError`` otherwise."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not -2 ** 63 <= value < 2 ** 63:
+        raise SceneError(f"{where} must be an integer, got {_show(value)}.")
+    return value
+
+
+def _list(value: Any, where: str, what: str = "a list") -> list:
+    if not isinstance(value, list):
+        raise SceneError(f"{where} must be {what}, got {_show(value)}.")
+    return value
+
+
+def _numbers(values: Any, where: str) -> np.ndarray:
+    """A JSON list of numbers -> (n,) float64."""
+    _list(values, where, "a list of numbers")
     try:
-        return np.array([(p["x"], p["y"]) for p in points], np.float64).reshape(-1, 2)
-    except (KeyError, TypeError) as e:
-        raise SceneError(f"{where}: points must be objects with 'x' and 'y' ({e}).") from None
+        arr = np.array(values)
+    except (TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.dtype.kind not in "fiu":
+        for i, v in enumerate(values):
+            _number(v, f"{where}[{i}]")
+        raise SceneError(f"{where} must be a list of numbers.")
+    return arr.astype(np.float64, copy=False)
+
+
+def _flags(values: Any, where: str) -> np.ndarray:
+    """A JSON list of booleans -> (n,) bool (strings such as "false" are refused)."""
+    _list(values, where, "a list of booleans")
+    try:
+        arr = np.array(values)  # bool dtype only if every entry is a JSON boolean
+    except (TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is None or (values and (arr.dtype != np.bool_ or arr.ndim != 1)):
+        for i, v in enumerate(values):
+            if not isinstance(v, bool):
+                raise SceneError(f"{where}[{i}] must be true or false, got {_show(v)}.")
+    return np.array(values, bool).reshape(-1)
+
+
+def _xy(points: Any, where: str) -> np.ndarray:
+    """A JSON list of {x, y(, z)} objects -> (n, 2) float64."""
+    _list(points, where, "a list of points {x, y}")
+    if not points:
+        return np.zeros((0, 2), np.float64)
+    try:
+        arr = np.array([(p["x"], p["y"]) for p in points])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is None or arr.dtype.kind not in "fiu" or arr.shape != (len(points), 2):
+        for i, p in enumerate(points):
+            _number(_need(p, "x", f"{where}[{i}]"), f"{where}[{i}].x")
+            _number(_need(p, "y", f"{where}[{i}]"), f"{where}[{i}].y")
+        raise SceneError(f"{where}: points must be objects with numbers 'x' and 'y'.")
+    return arr.astype(np.float64, copy=False).reshape(-1, 2)
+
+
+def _read_object(obj: Any, i: int, t_steps: int, where: str) -> dict[str, Any]:
+    """One entry of ``objects`` -> its arrays and fields (steps checked against
+    ``t_steps``)."""
+    fields = {"position": _xy(_need(obj, "position", where), f"{where}.position"),
+              "heading": _numbers(_need(obj, "heading", where), f"{where}.heading"),
+              "velocity": _xy(_need(obj, "velocity", where), f"{where}.velocity"),
+              "valid": _flags(_need(obj, "valid", where), f"{where}.valid")}
+    lens = [len(v) for v in fields.values()]
+    if any(n != t_steps for n in lens):
+        raise SceneError(
+            f"{where}: 'position', 'heading', 'velocity' and 'valid' must all have "
+            f"{t_steps} steps (got {', '.join(map(str, lens))}).")
+    fields["length"] = _number(_need(obj, "length", where), f"{where}.length")
+    fields["width"] = _number(_need(obj, "width", where), f"{where}.width")
+    name = _opt(obj, "type", "unset")
+    if not isinstance(name, str):
+        raise SceneError(f"{where}.type must be a string, got {_show(name)}.")
+    fields["type"] = name.lower()
+    fields["id"] = _integer(_opt(obj, "id", i), f"{where}.id")
+    expert = _opt(obj, "mark_as_expert", False)
+    if not isinstance(expert, bool):
+        raise SceneError(f"{where}.mark_as_expert must be true or false, got {_show(expert)}.")
+    fields["expert"] = expert
+    return fields
+
+
+def _scenario_id(data: dict, source: str) -> str:
+    value = data.get("scenario_id") or data.get("name")
+    if not value:
+        return os.path.splitext(os.path.basename(source))[0]
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")  # lone surrogates ("\ud800") cannot be printed or stored
+        except UnicodeEncodeError:
+            raise SceneError(f"{source}: 'scenario_id' is not valid text, got "
+                             f"{_show(value)}.") from None
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise SceneError(f"{source}: 'scenario_id' (or 'name') must be a string, got "
+                     f"{_show(value)}.")
 
 
 def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
@@ -72,7 +208,8 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
         raise SceneError(f"{source}: 'objects' and 'roads' must be lists.")
     notes: list[str] = []
     n = len(objects)
-    t_steps = len(_need(objects[0], "position", f"{source}: objects[0]")) if n else 0
+    t_steps = len(_list(_need(objects[0], "position", f"{source}: objects[0]"),
+                        f"{source}: objects[0].position")) if n else 0
     xy = np.zeros((n, t_steps, 2), np.float64)
     yaw = np.zeros((n, t_steps), np.float64)
     vel = np.zeros((n, t_steps, 2), np.float64)
@@ -84,30 +221,13 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
     expert = np.zeros(n, bool)
     unknown_types = set()
     for i, obj in enumerate(objects):
-        where = f"{source}: objects[{i}]"
-        pos = _need(obj, "position", where)
-        head = _need(obj, "heading", where)
-        v = _need(obj, "velocity", where)
-        ok = _need(obj, "valid", where)
-        if not (len(pos) == len(head) == len(v) == len(ok) == t_steps):
-            raise SceneError(
-                f"{where}: 'position', 'heading', 'velocity' and 'valid' must all have "
-                f"{t_steps} steps (got {len(pos)}, {len(head)}, {len(v)}, {len(ok)}).")
-        xy[i] = _xy(pos, f"{where}.position")
-        try:
-            yaw[i] = np.asarray(head, np.float64)
-            vel[i] = np.array([(p["x"], p["y"]) for p in v], np.float64).reshape(-1, 2)
-            valid[i] = np.asarray(ok, bool)
-            length[i] = float(_need(obj, "length", where))
-            width[i] = float(_need(obj, "width", where))
-        except (KeyError, TypeError, ValueError) as e:
-            raise SceneError(f"{where}: malformed field ({e}).") from None
-        name = str(obj.get("type", "unset")).lower()
-        if name not in _OBJECT_TYPES:
-            unknown_types.add(name)
-        obj_type[i] = _OBJECT_TYPES.get(name, ObjectType.OTHER)
-        object_id[i] = int(obj.get("id", i))
-        expert[i] = bool(obj.get("mark_as_expert", False))
+        f = _read_object(obj, i, t_steps, f"{source}: objects[{i}]")
+        xy[i], yaw[i], vel[i], valid[i] = f["position"], f["heading"], f["velocity"], f["valid"]
+        length[i], width[i], object_id[i], expert[i] = f["length"], f["width"], f["id"], f[
+            "expert"]
+        if f["type"] not in _OBJECT_TYPES:
+            unknown_types.add(f["type"])
+        obj_type[i] = _OBJECT_TYPES.get(f["type"], ObjectType.OTHER)
     if unknown_types:
         notes.append(f"object types {sorted(unknown_types)} read as 'other'")
     if valid.any():
@@ -117,46 +237,12 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
             notes.append(f"headings read as degrees (largest |heading| {vmax:.1f} > 2 pi)")
     yaw = np.where(valid, yaw, 0.0)
 
-    meta = data.get("metadata") or {}
-    sdc = meta.get("sdc_track_index", data.get("sdc_track_index", -1))
-    sdc = -1 if sdc is None else int(sdc)
-    ids = {int(oid): i for i, oid in enumerate(object_id)}
-    of_interest = np.zeros(n, bool)
-    for oid in meta.get("objects_of_interest", []) or []:
-        if int(oid) in ids:
-            of_interest[ids[int(oid)]] = True
-        else:
-            notes.append(f"objects_of_interest id {oid} names no object")
-    to_predict = np.zeros(n, bool)
-    for req in meta.get("tracks_to_predict", []) or []:
-        k = int(req["track_index"] if isinstance(req, dict) else req)
-        if 0 <= k < n:
-            to_predict[k] = True
-        else:
-            notes.append(f"tracks_to_predict index {k} out of range")
-
-    polylines, unknown_roads, empty = [], set(), 0
-    for j, road in enumerate(roads):
-        where = f"{source}: roads[{j}]"
-        name = str(_need(road, "type", where)).lower()
-        pts = _xy(_need(road, "geometry", where), f"{where}.geometry")
-        if pts.shape[0] == 0:
-            empty += 1
-            continue
-        if name not in _ROAD_TYPES:
-            unknown_roads.add(name)
-        polylines.append((pts, _ROAD_TYPES.get(name, RoadType.UNKNOWN), int(road.get("id", j))))
-    if unknown_roads:
-        notes.append(f"road types {sorted(unknown_roads)} read as UNKNOWN")
-    if empty:
-        notes.append(f"{empty} roads without geometry were skipped")
-    road_xy, road_start, road_type, road_id = pack_polylines(polylines)
-
+    sdc, of_interest, to_predict = _metadata(data, object_id, source, notes)
+    road_xy, road_start, road_type, road_id = pack_polylines(_roads(roads, source, notes))
     tl_lane, tl_state, tl_valid, tl_stop = _traffic_lights(data.get("tl_states"), t_steps,
                                                            source, notes)
     return RawScene(
-        scenario_id=str(data.get("scenario_id") or data.get("name") or
-                        os.path.splitext(os.path.basename(source))[0]),
+        scenario_id=_scenario_id(data, source),
         source=source, xy=xy, yaw=yaw, vel=vel, valid=valid, length=length, width=width,
         object_type=obj_type, object_id=object_id, sdc_index=sdc, of_interest=of_interest,
         to_predict=to_predict, expert=expert, road_xy=road_xy, road_start=road_start,
@@ -165,8 +251,64 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
     ).check()
 
 
+def _metadata(data: dict, object_id: np.ndarray, source: str, notes: list[str]):
+    """``metadata`` -> (sdc index or -1, of_interest (N,) bool, to_predict (N,) bool)."""
+    meta = data.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise SceneError(f"{source}: 'metadata' must be an object, got {_show(meta)}.")
+    n = object_id.shape[0]
+    where = f"{source}: metadata"
+    sdc = meta.get("sdc_track_index", data.get("sdc_track_index", -1))
+    sdc = -1 if sdc is None else _integer(sdc, f"{where}.sdc_track_index")
+    ids = {int(oid): i for i, oid in enumerate(object_id)}
+    of_interest = np.zeros(n, bool)
+    for j, oid in enumerate(_list(_opt(meta, "objects_of_interest", []),
+                                  f"{where}.objects_of_interest")):
+        oid = _integer(oid, f"{where}.objects_of_interest[{j}]")
+        if oid in ids:
+            of_interest[ids[oid]] = True
+        else:
+            notes.append(f"objects_of_interest id {oid} names no object")
+    to_predict = np.zeros(n, bool)
+    for j, req in enumerate(_list(_opt(meta, "tracks_to_predict", []),
+                                  f"{where}.tracks_to_predict")):
+        at = f"{where}.tracks_to_predict[{j}]"
+        k = _integer(_need(req, "track_index", at) if isinstance(req, dict) else req,
+                     f"{at}.track_index" if isinstance(req, dict) else at)
+        if 0 <= k < n:
+            to_predict[k] = True
+        else:
+            notes.append(f"tracks_to_predict index {k} out of range")
+    return sdc, of_interest, to_predict
+
+
+def _roads(roads: list, source: str, notes: list[str]) -> list[tuple[np.ndarray, int, int]]:
+    """``roads`` -> [(points (n, 2), RoadType, id)] (roads without points left out)."""
+    polylines, unknown_roads, empty = [], set(), 0
+    for j, road in enumerate(roads):
+        where = f"{source}: roads[{j}]"
+        name = _need(road, "type", where)
+        if not isinstance(name, str):
+            raise SceneError(f"{where}.type must be a string, got {_show(name)}.")
+        name = name.lower()
+        pts = _xy(_need(road, "geometry", where), f"{where}.geometry")
+        if pts.shape[0] == 0:
+            empty += 1
+            continue
+        if name not in _ROAD_TYPES:
+            unknown_roads.add(name)
+        polylines.append((pts, _ROAD_TYPES.get(name, RoadType.UNKNOWN),
+                          _integer(_opt(road, "id", j), f"{where}.id")))
+    if unknown_roads:
+        notes.append(f"road types {sorted(unknown_roads)} read as UNKNOWN")
+    if empty:
+        notes.append(f"{empty} roads without geometry were skipped")
+    return polylines
+
+
 def _traffic_lights(tl: Any, t_steps: int, source: str, notes: list[str]):
-    """``tl_states`` {lane id: {state: [...], x: [...], y: [...], time_index: [...]}}."""
+    """``tl_states`` {lane id: {state: [...], x: [...], y: [...], time_index: [...]}} ->
+    (lanes (TL,) int64, states (TL, T) int32, valid (TL, T) bool, stop points (TL, 2))."""
     if not tl:  # the converters write {} or [] for scenes without signals
         return (np.zeros(0, np.int64), np.zeros((0, t_steps), np.int32),
                 np.zeros((0, t_steps), bool), np.zeros((0, 2), np.float64))
@@ -177,27 +319,27 @@ def _traffic_lights(tl: Any, t_steps: int, source: str, notes: list[str]):
     state = np.zeros((k, t_steps), np.int32)
     valid = np.zeros((k, t_steps), bool)
     stop = np.zeros((k, 2), np.float64)
-    unknown = set()
     for slot, (lane, series) in enumerate(tl.items()):
-        where = f"{source}: tl_states[{lane}]"
+        where = f"{source}: tl_states[{_show(lane)}]"
         try:
             lanes[slot] = int(lane)
-            names = list(_need(series, "state", where))
-            times = list(series.get("time_index", range(len(names))))
-            xs, ys = list(series.get("x", [])), list(series.get("y", []))
-        except (TypeError, ValueError) as e:
-            raise SceneError(f"{where}: malformed traffic-light series ({e}).") from None
+        except (TypeError, ValueError, OverflowError):
+            raise SceneError(f"{where}: the lane id must be an integer.") from None
+        names = _list(_need(series, "state", where), f"{where}.state")
+        times = _list(_opt(series, "time_index", list(range(len(names)))),
+                      f"{where}.time_index")
+        xs = _list(_opt(series, "x", []), f"{where}.x")
+        ys = _list(_opt(series, "y", []), f"{where}.y")
         for i, (t, name) in enumerate(zip(times, names, strict=False)):
-            t = int(t)
+            t = _integer(t, f"{where}.time_index[{i}]")
             if not 0 <= t < t_steps:
                 continue
-            key = str(name).lower().removeprefix("lane_state_")
+            key = name.lower().removeprefix("lane_state_") if isinstance(name, str) else None
             if key not in _TL_STATES:
-                unknown.add(str(name))
-            state[slot, t] = _TL_STATES.get(key, TrafficLightState.UNKNOWN)
+                raise SceneError(f"{where}.state[{i}]: unknown traffic-light state "
+                                 f"{_show(name)} (known: {', '.join(_TL_STATES)}).")
+            state[slot, t] = _TL_STATES[key]
             valid[slot, t] = True
             if i == 0 and xs and ys:
-                stop[slot] = (float(xs[0]), float(ys[0]))
-    if unknown:
-        notes.append(f"traffic-light states {sorted(unknown)} read as UNKNOWN")
+                stop[slot] = (_number(xs[0], f"{where}.x[0]"), _number(ys[0], f"{where}.y[0]"))
     return lanes, state, valid, stop

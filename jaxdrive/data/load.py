@@ -20,20 +20,32 @@ from jaxdrive.data.convert import (
 )
 from jaxdrive.data.raw import SceneError
 from jaxdrive.data.sources import expand_inputs, item_source, iter_items, read_item
+from jaxdrive.data.staging import staged_cache
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import Scenario
 
+UNEXPECTED = "unexpected error while reading"
+
 
 def _convert_item(args) -> tuple:
-    """Worker: one work item -> ("ok", arrays, info) or ("skip", entry)."""
+    """Worker: one work item -> ("ok", arrays, info) or ("skip", entry).
+
+    The per-scene boundary: whatever goes wrong with one input (a ``SceneError`` from the
+    readers and the converter, or anything they did not foresee) becomes a skip entry
+    naming the input, never an exception that ends the conversion.
+    """
     item, config, convert = args
     if item[0] == "skip":
         return ("skip", item[1])
+    source = item_source(item)
     try:
         raw = read_item(item)
         arrays, info = convert_scene(raw, config, convert)
     except SceneError as e:
-        return ("skip", {"source": item_source(item), "reason": str(e)})
+        return ("skip", {"source": source, "reason": str(e)})
+    except Exception as e:  # noqa: BLE001 - one bad input must not end the conversion
+        return ("skip", {"source": source,
+                         "reason": f"{source}: {UNEXPECTED} ({type(e).__name__}: {e})"[:2000]})
     return ("ok", arrays, info)
 
 
@@ -69,17 +81,30 @@ def convert_to_shards(
     convert: ConvertConfig | None = None, shard_size: int = 128, compress: bool = True,
     workers: int = 1,
 ) -> dict[str, Any]:
-    """Convert JSON scenes / TFRecord files into shards in ``out_dir``; returns the manifest."""
+    """Convert JSON scenes / TFRecord files into shards in ``out_dir``; returns the manifest.
+
+    The cache is written into a staging directory and replaces the one in ``out_dir``
+    only once complete (``staging.staged_cache``): an interrupted or failed conversion
+    leaves ``out_dir`` as it was. Unusable inputs are skipped with their reasons
+    (manifest ``skipped``).
+
+    Raises:
+      ConfigError: an input is missing, ``out_dir`` is not a directory or holds a
+        manifest listing files outside it, or ``shard_size`` < 1.
+    """
     convert = convert or ConvertConfig()
-    writer = shards_lib.ShardWriter(out_dir, config, convert, shard_size, compress)
-    for path, _ in expand_inputs(paths):
-        writer.add_source(path)
-    for result in iter_converted(paths, config, convert, workers):
-        if result[0] == "ok":
-            writer.add(result[1], result[2])
-        else:
-            writer.skip(result[1]["source"], result[1]["reason"])
-    return writer.close()
+    files = expand_inputs(paths)
+    with staged_cache(out_dir) as staging:
+        writer = shards_lib.ShardWriter(staging, config, convert, shard_size, compress)
+        for path, _ in files:
+            writer.add_source(path)
+        for result in iter_converted(paths, config, convert, workers):
+            if result[0] == "ok":
+                writer.add(result[1], result[2])
+            else:
+                writer.skip(result[1]["source"], result[1]["reason"])
+        manifest = writer.close()
+    return manifest
 
 
 def load_scenarios(
@@ -112,8 +137,9 @@ def load_scenarios(
         if shards_lib.is_shard_dir(p):
             manifest = shards_lib.read_manifest(p)
             stored = shards_lib.manifest_scenario_config(manifest)
-            for shard in manifest["shards"]:
-                arrays = shards_lib.read_shard(os.path.join(p, shard["file"]))
+            for j, shard in enumerate(manifest["shards"]):
+                arrays = shards_lib.read_shard(shards_lib.shard_path(p, manifest, j), stored,
+                                               shard["num_scenarios"])
                 parts.append(shards_lib.adapt_arrays(arrays, stored, scenario_config))
             records.extend(manifest["scenarios"])
             skipped.extend(manifest["skipped"])
@@ -161,7 +187,9 @@ def convert_one(path: str, config: ScenarioConfig, convert: ConvertConfig | None
     for result in iter_converted([path], config, convert):
         if seen == index:
             if result[0] == "skip":
-                raise ConfigError(f"{result[1]['source']}: {result[1]['reason']}")
+                source, reason = result[1]["source"], result[1]["reason"]
+                raise ConfigError(reason if reason.startswith(source) else
+                                  f"{source}: {reason}")
             return result[1], result[2]
         seen += 1
     raise ConfigError(f"'{path}' holds {seen} scenes; index {index} is out of range.")

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxdrive.types import RoadType
+from jaxdrive.types import NUM_OBJECT_TYPES, NUM_ROAD_TYPES, RoadType, TrafficLightState
 
 
 class SceneError(ValueError):
@@ -99,7 +99,8 @@ class RawScene:
         return self.road_type.shape[0]
 
     def check(self) -> RawScene:
-        """Raise ``SceneError`` if array shapes disagree with each other; return self."""
+        """Raise ``SceneError`` if array shapes disagree with each other or any value the
+        conversion uses is unusable (``value_problems``); return self."""
         n, t = self.valid.shape if self.valid.ndim == 2 else (-1, -1)
         k = self.road_type.shape[0]
         tl = self.tl_lane.shape[0]
@@ -121,7 +122,86 @@ class RawScene:
                   or np.any(np.diff(self.road_start) < 1)):
             raise SceneError(f"{self.source}: polyline offsets are inconsistent (empty "
                              "polyline or wrong point count).")
+        problems = self.value_problems()
+        if problems:
+            more = f"; and {len(problems) - 6} more" if len(problems) > 6 else ""
+            raise SceneError(f"{self.source}: {'; '.join(problems[:6])}{more}.")
         return self
+
+    def value_problems(self) -> list[str]:
+        """Every unusable value the conversion would read, one message each (empty if none).
+
+        Checked where they are used: positions, headings and velocities at valid steps
+        (finite, within ``MAX_COORD`` m / ``MAX_HEADING`` rad / ``MAX_SPEED`` m/s); box
+        sizes of objects valid at some step (in [``MIN_SIZE``, ``MAX_SIZE``] m); road points
+        and stop points (finite, within ``MAX_COORD``); object, road and traffic-light
+        types in range; flags boolean. Invalid steps may hold anything (they are masked).
+        """
+        problems = []
+        for name in ("valid", "tl_valid", "of_interest", "to_predict", "expert"):
+            if getattr(self, name).dtype != np.bool_:
+                problems.append(f"'{name}' must be booleans, got {getattr(self, name).dtype}")
+        if problems:
+            return problems
+        valid = self.valid
+        for what, values, limit in (("position", self.xy, MAX_COORD),
+                                    ("heading", self.yaw, MAX_HEADING),
+                                    ("velocity", self.vel, MAX_SPEED)):
+            bad = valid & ~_within(values, limit, valid.ndim)
+            if bad.any():
+                i, s = np.argwhere(bad)[0]
+                problems.append(
+                    f"{self._object(i)}: {what} at step {s} is {_fmt(values[i, s])} (must be "
+                    f"finite, |{what}| <= {limit:g}; {int(bad.sum())} valid steps affected)")
+        present = valid.any(axis=1)
+        for what, values in (("length", self.length), ("width", self.width)):
+            bad = present & ~((values >= MIN_SIZE) & (values <= MAX_SIZE))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                problems.append(f"{self._object(i)}: {what} {_fmt(values[i])} must be in "
+                                f"[{MIN_SIZE:g}, {MAX_SIZE:g}] m ({int(bad.sum())} objects "
+                                "affected)")
+        for what, values in (("road point", self.road_xy),
+                             ("traffic-light stop point", self.tl_stop_xy)):
+            bad = ~_within(values, MAX_COORD, 1)
+            if bad.any():
+                j = int(np.flatnonzero(bad)[0])
+                problems.append(f"{what} {j} is {_fmt(values[j])} (must be finite, |x|, |y| <= "
+                                f"{MAX_COORD:g}; {int(bad.sum())} affected)")
+        for what, values, count in (("object type", self.object_type, NUM_OBJECT_TYPES),
+                                    ("road type", self.road_type, NUM_ROAD_TYPES),
+                                    ("traffic-light state", self.tl_state[self.tl_valid],
+                                     len(TrafficLightState))):
+            bad = (values < 0) | (values >= count)
+            if bad.any():
+                problems.append(f"{what} {int(values[bad][0])} is not one of 0..{count - 1}")
+        return problems
+
+    def _object(self, i) -> str:
+        """How messages name object ``i``: ``objects[i] (id X)``."""
+        return f"objects[{int(i)}] (id {int(self.object_id[i])})"
+
+
+# Largest magnitudes a usable scene holds (anything beyond is corrupt data, and would
+# overflow float32 arithmetic downstream).
+MAX_COORD = 1e7  # m, world coordinates (WOMD: kilometres)
+MAX_SPEED = 1e3  # m/s
+MAX_HEADING = 1e3  # rad (after reading degrees as such)
+MIN_SIZE, MAX_SIZE = 1e-3, 1e3  # m, box length and width
+
+
+def _within(values: np.ndarray, limit: float, mask_ndim: int) -> np.ndarray:
+    """Whether every component is finite with magnitude <= ``limit``, reduced over the
+    axes beyond the first ``mask_ndim`` ((N, T, 2) -> (N, T) with ``mask_ndim`` 2)."""
+    ok = np.abs(values) <= limit  # False for NaN
+    return ok.all(axis=tuple(range(mask_ndim, ok.ndim)))
+
+
+def _fmt(value) -> str:
+    """A number or small array, short."""
+    if np.ndim(value):
+        return "(" + ", ".join(f"{v:g}" for v in np.ravel(value)) + ")"
+    return f"{value:g}"
 
 
 def close_polygon(points: np.ndarray) -> np.ndarray:

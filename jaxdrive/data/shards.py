@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxdrive.config import ConfigError
 from jaxdrive.data.convert import REPORT_COUNTS, ConvertConfig
+from jaxdrive.files import UnsafeNameError, safe_name
 from jaxdrive.scenarios.base import ScenarioConfig
 
 MANIFEST = "manifest.json"
@@ -67,7 +68,9 @@ class ShardWriter:
     """Buffers converted scenes and writes them ``shard_size`` at a time.
 
     Use ``add(arrays, info)`` per scene, ``skip(source, reason)`` per rejected input and
-    ``close()`` to flush and write the manifest (returned).
+    ``close()`` to flush and write the manifest (returned). Write into a fresh directory
+    (``convert_to_shards`` writes into a staging directory and publishes it with
+    ``staging.staged_cache``): shards of an earlier cache there are not removed.
     """
 
     def __init__(self, directory: str | os.PathLike, scenario_config: ScenarioConfig,
@@ -76,7 +79,6 @@ class ShardWriter:
             raise ConfigError(f"shard_size must be >= 1, got {shard_size}.")
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, exist_ok=True)
-        _remove_previous(self.directory)
         self.scenario_config = scenario_config
         self.convert_config = convert_config
         self.shard_size = shard_size
@@ -151,21 +153,37 @@ class ShardWriter:
         return manifest
 
 
-def _remove_previous(directory: str) -> None:
-    """Delete the shards a previous conversion into ``directory`` listed (no stale data)."""
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
-        return
+def previous_shard_files(directory: str | os.PathLike) -> list[str]:
+    """File names of the shards an earlier conversion into ``directory`` listed (to be
+    replaced); empty if there is no manifest or it is not a readable one of ours.
+
+    Raises:
+      ConfigError: the manifest lists a shard name that is not a plain file name in
+        ``directory`` (absolute path, ``..``, separators): nothing is deleted then.
+    """
+    path = os.path.join(os.fspath(directory), MANIFEST)
     try:
-        old = read_manifest(directory)
-    except ConfigError:
-        return
-    for shard in old.get("shards", []):
-        try:
-            os.remove(os.path.join(directory, shard["file"]))
-        except OSError:
-            pass
-    os.remove(path)
+        with open(path, "rb") as f:
+            old = json.loads(f.read())
+    except (OSError, ValueError, RecursionError):
+        return []
+    if not isinstance(old, dict) or old.get("format") != FORMAT:
+        return []  # not ours: nothing it lists is deleted
+    shards = old.get("shards")
+    if not isinstance(shards, list):
+        return []
+    return [_shard_file(shard, j, path) for j, shard in enumerate(shards)]
+
+
+def _shard_file(shard: Any, j: int, manifest_path: str) -> str:
+    """The ``file`` of manifest entry ``shards[j]``, refused unless a plain file name."""
+    name = shard.get("file") if isinstance(shard, dict) else None
+    try:
+        return safe_name(name, f"shards[{j}].file")
+    except UnsafeNameError as e:
+        raise ConfigError(f"'{manifest_path}': {e}. A shard must be a file of the manifest's "
+                          "own directory; nothing was read or deleted. Reconvert the data "
+                          "(remove this manifest.json first).") from None
 
 
 def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> None:
@@ -183,36 +201,146 @@ def is_shard_dir(path: str | os.PathLike) -> bool:
 
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of a cache directory; ``ConfigError`` if missing or unreadable."""
+    """The manifest of a cache directory, checked (``check_manifest``).
+
+    Raises:
+      ConfigError: missing, unreadable, another format, or malformed (naming the entry).
+    """
     path = os.path.join(os.fspath(directory), MANIFEST)
     try:
-        with open(path) as f:
-            manifest = json.load(f)
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read())
     except FileNotFoundError:
         raise ConfigError(f"'{directory}' has no {MANIFEST}; convert data into it with "
                           "python -m jaxdrive.data convert INPUT... --out DIR.") from None
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:
         raise ConfigError(f"'{path}' is not valid JSON ({e}); reconvert the data.") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read '{path}' ({e.strerror or e}).") from None
+    if not isinstance(manifest, dict):
+        raise ConfigError(f"'{path}' is not a manifest (a JSON object); reconvert the data.")
     if manifest.get("format") != FORMAT or manifest.get("version") != MANIFEST_VERSION:
         raise ConfigError(
             f"'{path}' is format {manifest.get('format')!r} version "
             f"{manifest.get('version')!r}; this jaxdrive reads {FORMAT!r} version "
             f"{MANIFEST_VERSION}. Reconvert the data with python -m jaxdrive.data convert.")
+    check_manifest(manifest, path)
     return manifest
+
+
+def _index(value: Any, upper: int) -> bool:
+    """Whether ``value`` is an int (not bool) in ``[0, upper)``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < upper
+
+
+def check_manifest(manifest: dict[str, Any], path: str) -> None:
+    """Raise ``ConfigError`` naming ``path`` and the entry unless every field the readers
+    use is well formed: ``shards`` [{file: a plain file name, num_scenarios}],
+    ``scenarios`` [{scenario_id, shard, index}] pointing into them, ``skipped`` a list,
+    ``scenario_config`` / ``convert_config`` objects, ``classes`` an object."""
+    def fail(what: str):
+        raise ConfigError(f"'{path}': {what}; the manifest is damaged or incomplete. "
+                          "Reconvert the data.")
+
+    for key, kind in (("shards", list), ("scenarios", list), ("skipped", list),
+                      ("scenario_config", dict), ("convert_config", dict)):
+        if not isinstance(manifest.get(key), kind):
+            fail(f"'{key}' is missing or not a {kind.__name__}")
+    if not isinstance(manifest.get("classes", {}), dict):
+        fail("'classes' is not an object")
+    sizes = []
+    for j, shard in enumerate(manifest["shards"]):
+        _shard_file(shard, j, path)
+        if not _index(shard.get("num_scenarios"), 1 << 62):
+            fail(f"shards[{j}].num_scenarios is not a count")
+        sizes.append(shard["num_scenarios"])
+    if len(manifest["scenarios"]) != sum(sizes):
+        fail(f"{len(manifest['scenarios'])} scenario records for {sum(sizes)} stored scenarios")
+    for i, rec in enumerate(manifest["scenarios"]):
+        if not isinstance(rec, dict) or not isinstance(rec.get("scenario_id"), str):
+            fail(f"scenarios[{i}] has no 'scenario_id' string")
+        if not _index(rec.get("shard"), len(sizes)):
+            fail(f"scenarios[{i}].shard {rec.get('shard')!r} is not one of the "
+                 f"{len(sizes)} shards")
+        if not _index(rec.get("index"), sizes[rec["shard"]]):
+            fail(f"scenarios[{i}].index {rec.get('index')!r} is not a row of shard "
+                 f"{rec['shard']} ({sizes[rec['shard']]} rows)")
 
 
 def manifest_scenario_config(manifest: dict[str, Any]) -> ScenarioConfig:
     """The ``ScenarioConfig`` (padded sizes) the manifest's shards were written with."""
-    return ScenarioConfig.from_dict(manifest["scenario_config"])
+    return ScenarioConfig.from_dict(manifest["scenario_config"], "manifest.scenario_config")
 
 
-def read_shard(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """All arrays of one shard file (leading axis = scenes in the shard)."""
+def shard_path(directory: str | os.PathLike, manifest: dict[str, Any], shard: int) -> str:
+    """Path of shard ``shard`` of a manifest read from ``directory`` (its name checked to
+    be a plain file name in ``directory``)."""
+    name = _shard_file(manifest["shards"][shard], shard,
+                       os.path.join(os.fspath(directory), MANIFEST))
+    return os.path.join(os.fspath(directory), name)
+
+
+# dtype of every stored scenario array (as ``convert_scene`` writes them).
+_FLOAT_KEYS = ("roadgraph.xy", "roadgraph.dir", "traffic_lights.stop_xy", "objects.xy",
+               "objects.yaw", "objects.vel", "objects.length", "objects.width",
+               "objects.goal")
+_BOOL_KEYS = ("roadgraph.valid", "lanes.valid", "traffic_lights.valid", "objects.valid",
+              "objects.is_sdc", "objects.of_interest", "objects.to_predict")
+
+
+def shard_dtype(key: str) -> np.dtype:
+    """The dtype a shard stores scenario array ``key`` in (float32, bool or int32)."""
+    if key in _FLOAT_KEYS:
+        return np.dtype(np.float32)
+    return np.dtype(bool) if key in _BOOL_KEYS else np.dtype(np.int32)
+
+
+def read_shard(path: str | os.PathLike, config: ScenarioConfig | None = None,
+               num_scenarios: int | None = None) -> dict[str, np.ndarray]:
+    """All arrays of one shard file (leading axis = scenes in the shard).
+
+    With ``config`` (the sizes it was written with) the arrays are checked
+    (``check_shard``). Raises ``ConfigError`` naming the shard if it cannot be read
+    (missing, not a zip, truncated, damaged member) or fails the check.
+    """
+    path = os.fspath(path)
     try:
-        with np.load(os.fspath(path), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read shard '{path}' ({e}); reconvert the data.") from None
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001 - zip, zlib, npy-format and I/O errors alike
+        raise ConfigError(f"cannot read shard '{path}' ({type(e).__name__}: {e}); the file "
+                          "is damaged or incomplete: reconvert the data.") from None
+    if config is not None:
+        check_shard(arrays, path, config, num_scenarios)
+    return arrays
+
+
+def check_shard(arrays: dict[str, np.ndarray], path: str, config: ScenarioConfig,
+                num_scenarios: int | None = None) -> None:
+    """Raise ``ConfigError`` naming ``path`` unless the shard holds every scenario array
+    with shape (n,) + ``config.shapes()[key]`` and its dtype, ``meta.scenario_id`` (n,) str
+    and ``meta.origin`` (n, 2), all floats finite, n = ``num_scenarios`` if given."""
+    def fail(what: str):
+        raise ConfigError(f"shard '{path}': {what}; the file is damaged or not from this "
+                          "manifest: reconvert the data.")
+
+    expected = {k: (shard_dtype(k), shape) for k, shape in config.shapes().items()}
+    missing = sorted(set(expected) - set(arrays))
+    if missing or "meta.scenario_id" not in arrays or "meta.origin" not in arrays:
+        fail(f"missing arrays {missing or ['meta.scenario_id / meta.origin']}")
+    n = arrays["objects.xy"].shape[0] if arrays["objects.xy"].ndim else -1
+    if num_scenarios is not None and n != num_scenarios:
+        fail(f"holds {n} scenarios, the manifest lists {num_scenarios}")
+    expected["meta.origin"] = (np.dtype(np.float64), (2,))
+    for key, (dtype, shape) in expected.items():
+        arr = arrays[key]
+        if arr.shape != (n,) + shape or arr.dtype != dtype:
+            fail(f"'{key}' is {arr.dtype} {arr.shape}, expected {dtype} {(n,) + shape}")
+        if dtype.kind == "f" and not np.isfinite(arr).all():
+            fail(f"'{key}' holds non-finite values")
+    ids = arrays["meta.scenario_id"]
+    if ids.shape != (n,) or ids.dtype.kind != "U":
+        fail(f"'meta.scenario_id' is {ids.dtype} {ids.shape}, expected str ({n},)")
 
 
 def adapt_arrays(arrays: dict[str, np.ndarray], stored: ScenarioConfig,

@@ -13,6 +13,7 @@ from jaxdrive.config import ConfigError
 from jaxdrive.data.json_scene import read_json_scene
 from jaxdrive.data.raw import RawScene, SceneError
 from jaxdrive.data.tfrecord import (
+    EMPTY_TFRECORD,
     TFRecordError,
     check_record,
     looks_like_tfrecord,
@@ -76,14 +77,27 @@ def iter_items(files: list[tuple[str, str | None]], defer_crc: bool = False
         if kind == JSON:
             yield (JSON, path)
         elif kind == TFRECORD:
-            for rec in scan_records(path, defer_data_crc=defer_crc):
-                source = f"{path}#{rec.index}"
-                if rec.error:
-                    yield ("skip", {"source": source, "reason": rec.error})
-                else:
-                    yield ("proto", rec.data, source, rec.data_crc)
+            yield from _tfrecord_items(path, defer_crc)
         else:
             yield ("skip", {"source": path, "reason": "not a JSON scene or a TFRecord file"})
+
+
+def _tfrecord_items(path: str, defer_crc: bool) -> Iterator[tuple]:
+    """Work items of one TFRecord file; an empty or unreadable file is one skip entry."""
+    count = 0
+    try:
+        for rec in scan_records(path, defer_data_crc=defer_crc):
+            count += 1
+            source = f"{path}#{rec.index}"
+            if rec.error:
+                yield ("skip", {"source": source, "reason": rec.error})
+            else:
+                yield ("proto", rec.data, source, rec.data_crc)
+    except OSError as e:
+        yield ("skip", {"source": path, "reason": f"cannot read the file ({e.strerror or e})"})
+        return
+    if count == 0:
+        yield ("skip", {"source": path, "reason": EMPTY_TFRECORD})
 
 
 def read_item(item: tuple) -> RawScene:

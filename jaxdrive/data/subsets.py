@@ -17,6 +17,7 @@ from typing import Any
 
 from jaxdrive.config import ConfigError
 from jaxdrive.data import shards as shards_lib
+from jaxdrive.files import atomic_write_text
 
 SUBSET_DIR = "subsets"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -33,9 +34,15 @@ def subset_ids(directory: str | os.PathLike, name: str,
     _check_name(name)
     path = os.path.join(os.fspath(directory), SUBSET_DIR, f"{name}.json")
     if os.path.exists(path):
-        with open(path) as f:
-            data = json.load(f)
-        ids = data["scenario_ids"] if isinstance(data, dict) else data
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read())
+        except (OSError, ValueError, RecursionError) as e:
+            raise ConfigError(f"cannot read subset file '{path}' ({e}).") from None
+        ids = data.get("scenario_ids") if isinstance(data, dict) else data
+        if not isinstance(ids, list):
+            raise ConfigError(f"subset file '{path}' must hold a list of scenario ids (or "
+                              "{\"scenario_ids\": [...]}).")
         return [str(i) for i in ids]
     manifest = manifest or shards_lib.read_manifest(directory)
     classes = manifest.get("classes", {})
@@ -101,8 +108,8 @@ def write_subset(directory: str | os.PathLike, name: str, ids: list[str],
     shards_lib.write_manifest(directory, manifest)
     os.makedirs(os.path.join(directory, SUBSET_DIR), exist_ok=True)
     record = {"name": name, "scenario_ids": list(ids), "rule": rule}
-    with open(os.path.join(directory, SUBSET_DIR, f"{name}.json"), "w") as f:
-        json.dump(record, f, indent=1)
+    atomic_write_text(os.path.join(directory, SUBSET_DIR, f"{name}.json"),
+                      json.dumps(record, indent=1))
     return record
 
 

@@ -125,6 +125,9 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     return (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+EMPTY_TFRECORD = "empty TFRecord file (no records)"
+
+
 class TFRecordError(ValueError):
     """A TFRecord file is malformed; the message names the file, record and offset."""
 

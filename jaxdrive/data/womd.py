@@ -10,7 +10,7 @@ from google.protobuf.message import DecodeError
 
 from jaxdrive.data import womd_schema as pb
 from jaxdrive.data.raw import RawScene, SceneError, pack_polylines
-from jaxdrive.data.tfrecord import scan_records
+from jaxdrive.data.tfrecord import EMPTY_TFRECORD, scan_records
 from jaxdrive.types import ObjectType, RoadType
 
 # oneof ``feature_data`` member -> (RoadType, name of the repeated MapPoint field)
@@ -103,9 +103,10 @@ def _track_rows(track, out: np.ndarray) -> None:
     """Fill ``out`` (T, 8) with x, y, heading, vx, vy, valid, length, width per state."""
     rec = _block(track.SerializeToString(), 3, len(track.states), _STATE_DT, _STATE_TAGS)
     if rec is not None:
-        for j, name in enumerate(("cx", "cy", "heading", "vx", "vy", "valid", "length",
-                                  "width")):
-            out[:, j] = rec[name]
+        with np.errstate(invalid="ignore"):  # a signalling NaN is checked later, not warned
+            for j, name in enumerate(("cx", "cy", "heading", "vx", "vy", "valid", "length",
+                                      "width")):
+                out[:, j] = rec[name]
         return
     out[:] = np.array([(st.center_x, st.center_y, st.heading, st.velocity_x, st.velocity_y,
                       st.valid, st.length, st.width) for st in track.states],
@@ -241,10 +242,13 @@ def iter_tfrecord_scenes(path: str | os.PathLike) -> Iterator[tuple[RawScene | N
     """Scenes of a WOMD TFRecord file: yields ``(scene, None)`` or ``(None, skip)``.
 
     ``skip`` is ``{"source", "reason"}`` for a record that failed its CRC, was truncated
-    or does not decode; a fatal framing error ends the file after its skip entry.
+    or does not decode (or for the file, if it holds no record); a fatal framing error
+    ends the file after its skip entry.
     """
     path = os.fspath(path)
+    empty = True
     for rec in scan_records(path):
+        empty = False
         source = f"{path}#{rec.index}"
         if rec.error:
             yield None, {"source": source, "reason": rec.error}
@@ -253,3 +257,5 @@ def iter_tfrecord_scenes(path: str | os.PathLike) -> Iterator[tuple[RawScene | N
             yield parse_scenario(rec.data, source), None
         except SceneError as e:
             yield None, {"source": source, "reason": str(e)}
+    if empty:
+        yield None, {"source": path, "reason": EMPTY_TFRECORD}

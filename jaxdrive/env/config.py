@@ -106,6 +106,9 @@ class EnvConfig(ConfigBase):
                 f"goal_behavior: trial (got goal_behavior: {self.goal_behavior}); set "
                 "goal_behavior: trial or remove them."
             )
+        # Zero road slots leave the policy's road tokens empty (a division by zero in
+        # the model); one is the least that works.
+        check_int("observation.num_road", self.observation.num_road, 1, None)
         if self.observation.num_road > self.road_index.road_per_cell:
             raise ConfigError(
                 f"config key 'observation.num_road' = {self.observation.num_road} exceeds "

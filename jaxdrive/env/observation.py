@@ -77,7 +77,7 @@ class ObservationConfig(ConfigBase):
 
     def __post_init__(self):
         check_int("num_partners", self.num_partners, 0, 4096)
-        check_int("num_road", self.num_road, 0, 100_000)
+        check_int("num_road", self.num_road, 1, 100_000)
         for name in ("partner_radius", "road_radius", "speed_scale", "size_scale", "goal_scale"):
             check_range(name, getattr(self, name), 0.0, None, lo_open=True)
 

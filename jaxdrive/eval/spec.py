@@ -51,8 +51,8 @@ class RenderSpec(ConfigBase):
                               f"views out of {list(VIEWS)}.")
         for view in self.views:
             check_choice("views", view, VIEWS)
-        check_int("num_scenarios", self.num_scenarios, 1)
-        check_int("steps", self.steps, 0)
+        check_int("num_scenarios", self.num_scenarios, 1, 4096)
+        check_int("steps", self.steps, 0, 1_000_000)
         for name in ("width", "height"):
             check_int(name, getattr(self, name), 2, 8192)
             if getattr(self, name) % 2:
@@ -71,7 +71,8 @@ def _scenario_paths(name: str, value: Any) -> tuple[str, ...] | None:
         return None
     if isinstance(value, str):
         value = (value,)
-    if not isinstance(value, tuple) or not all(isinstance(p, str) and p for p in value):
+    if not isinstance(value, tuple) or not all(isinstance(p, str) and p and "\x00" not in p
+                                               for p in value):
         raise ConfigError(f"config key '{name}' must be null (procedural scenes) or a list "
                           f"of scene files / shard directories, got {as_written(value)!r}.")
     paths = []
@@ -123,10 +124,11 @@ class EvaluatorConfig(ConfigBase):
         for name in ("enabled", "clean", "deterministic"):
             check_bool(name, getattr(self, name))
         check_int("interval", self.interval, 0)
-        check_int("seed", self.seed, 0)
-        check_int("num_scenarios", self.num_scenarios, 1)
-        check_int("batch_size", self.batch_size, 1)
-        check_int("num_steps", self.num_steps, 0)
+        # JAX keys hold 32-bit seeds; a larger one would be silently truncated.
+        check_int("seed", self.seed, 0, 2**31 - 1)
+        check_int("num_scenarios", self.num_scenarios, 1, 10_000_000)
+        check_int("batch_size", self.batch_size, 1, 10_000_000)
+        check_int("num_steps", self.num_steps, 0, 1_000_000)
         check_choice("mode", self.mode, MODES)
         object.__setattr__(self, "scenarios", _scenario_paths("scenarios", self.scenarios))
         if self.render.num_scenarios > self.num_scenarios:

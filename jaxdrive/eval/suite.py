@@ -59,6 +59,7 @@ from jaxdrive.env import EnvConfig
 # The registry, with the built-in types registered.
 from jaxdrive.eval.evaluators import EVALUATOR_TYPES, EVALUATORS, STRUCTURAL_KEYS
 from jaxdrive.eval.spec import MODES, EvaluatorConfig, EvaluatorSpec, RenderSpec
+from jaxdrive.files import UnsafeNameError, safe_name
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
 __all__ = ["CLEAN_SETTINGS", "EVALUATOR_TYPES", "MODES", "EvaluatorConfig", "EvaluatorSpec",
@@ -168,6 +169,13 @@ def _load(data: Mapping[str, Any], base_env: EnvConfig | None,
     if not isinstance(raw, Mapping):
         raise ConfigError("config key 'eval' must be a mapping of evaluator sections, "
                           f"got {type(raw).__name__}.")
+    for name in raw:
+        # Section names become directory names (videos, results); keep them one name.
+        if isinstance(name, str) and name:
+            try:
+                safe_name(name, "eval section")
+            except UnsafeNameError as e:
+                raise ConfigError(f"{e}.") from None
     sections = Sections(raw, "eval section")
     specs: dict[str, EvaluatorSpec] = {}
     for name in sections.own:

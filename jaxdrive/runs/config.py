@@ -17,7 +17,10 @@ as dotted paths (``env.collision_behavior: remove``, also inside a section, as i
 ``eval:`` sections); a preset name
 (``quickstart``, ``selfplay_gpu``, ...; ``jaxdrive.config.list_presets``) names a file
 shipped with the package; ``--set a.b=c`` overrides any key. Unknown keys are errors
-that name the key and the allowed ones.
+that name the key and the allowed ones; so are values of the wrong type, NaN or inf,
+path keys that are not strings, and names that would leave their directory
+(``logging.run_name``). An empty config file is an error (write ``{}`` to mean all
+defaults, or give no ``--config``); one string for a list key is a list of one.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from jaxdrive.config import (
     ConfigError,
     check_choice,
     check_int,
+    check_name,
+    check_path,
     check_range,
     expand_dotted,
     load_yaml,
@@ -68,7 +73,8 @@ class TrainConfig(ConfigBase):
       co_players: run directories (or checkpoints directories) of frozen partner
         policies for co-player agents (``env.co_player_fraction``), one chosen per env
         and episode; empty = co-players act with the learner's current parameters
-        (their steps are still never trained on).
+        (their steps are still never trained on). One string is a list of one
+        (``--set train.co_players=runs/a``); it is never split into characters.
     """
 
     seed: int = 0
@@ -113,9 +119,13 @@ class TrainConfig(ConfigBase):
         check_range("ema_alpha", self.ema_alpha, 0.0, 1.0)
         if self.ema_alpha >= 1.0:
             raise ConfigError("config key 'ema_alpha' must be < 1 (1 would never update).")
-        if not all(isinstance(p, str) and p for p in self.co_players):
+        if isinstance(self.co_players, str):  # one directory is a list of one
+            object.__setattr__(self, "co_players", (self.co_players,))
+        if not isinstance(self.co_players, tuple):
             raise ConfigError("config key 'co_players' must be a list of run directories, "
                               f"got {self.co_players!r}.")
+        for i, path in enumerate(self.co_players):
+            check_path(f"co_players[{i}]", path, optional=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +169,8 @@ class LoggingConfig(ConfigBase):
     """Attributes:
       every: write metrics every this many iterations.
       output_dir: parent of the timestamped run directories.
-      run_name: prefix of the run directory name (default: the config file's name).
+      run_name: prefix of the run directory name (default: the config file's name); one
+        path component (no '/', '..'), so that the run stays inside ``output_dir``.
       wandb: ``off``, ``online``, ``offline`` or ``env`` (use ``WANDB_MODE``, default
         online; falls back to off with a warning when wandb is missing or cannot start).
       wandb_project, wandb_entity: wandb destination.
@@ -174,6 +185,9 @@ class LoggingConfig(ConfigBase):
 
     def __post_init__(self):
         check_int("every", self.every, 1, None)
+        check_path("output_dir", self.output_dir, optional=False)
+        if self.run_name is not None:
+            check_name("run_name", self.run_name)
         check_choice("wandb", self.wandb, ("off", "online", "offline", "env"))
 
 
@@ -189,6 +203,9 @@ class EvaluationConfig(ConfigBase):
 
     suite_file: str | None = None
     suite: str | None = None
+
+    def __post_init__(self):
+        check_path("suite_file", self.suite_file)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +232,8 @@ class DataConfig(ConfigBase):
     validation_path: str | None = None
 
     def __post_init__(self):
+        check_path("path", self.path)
+        check_path("validation_path", self.validation_path)
         check_int("pool_size", self.pool_size, 1, 10_000_000)
         check_int("refresh_every", self.refresh_every, 0, None)
         check_int("seed", self.seed, 0, 2**31 - 1)

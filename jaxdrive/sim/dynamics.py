@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import jax
@@ -224,7 +224,9 @@ class DynamicsConfig(ConfigBase):
     def from_dict(cls, data, path: str = ""):
         """As ``ConfigBase.from_dict``; a model key at the top of the section (the old
         flat layout) is a ``ConfigError`` naming the section key that replaced it."""
-        for key in sorted(data or {}):
+        if data is not None and not isinstance(data, Mapping):
+            return super().from_dict(data, path)  # the base class names the bad type
+        for key in sorted(data or {}, key=str):
             sections = [name for name, sec in MODEL_SECTIONS.items()
                         if key in {f.name for f in dataclasses.fields(sec)}]
             if sections:
