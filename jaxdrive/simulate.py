@@ -30,8 +30,7 @@ from jaxdrive.agents.controllers import CONTROLLERS
 from jaxdrive.agents.rollout import RolloutStats, make_rollout
 from jaxdrive.config import ConfigError, load_yaml, merge, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
-from jaxdrive.eval.runner import write_or_fallback
-from jaxdrive.files import OutputError, check_writable_file
+from jaxdrive.files import OutputError, check_writable_file, write_or_fallback
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 

@@ -348,3 +348,12 @@ def test_render_view_names_are_chosen_from_the_views():
         load_suite_specs(data)
     with pytest.raises(ConfigError, match="views"):
         _run("video.views=[../x]")
+
+
+@pytest.mark.parametrize("cls_name", ["../../x", "/abs", "a/b", ""])
+def test_behavior_class_names_must_be_safe_names(cls_name):
+    # Each class becomes part of an evaluator name, hence of its output paths.
+    data = {"eval": {"bc": {"type": "behavior_class", "scenarios": "some/dir",
+                            "classes": ["ok", cls_name]}}}
+    with pytest.raises(ConfigError, match="classes"):
+        load_suite_specs(data)

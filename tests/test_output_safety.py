@@ -25,9 +25,8 @@ from jaxdrive.eval.api import run
 from jaxdrive.eval.evaluator import EvalResult, Evaluator
 from jaxdrive.eval.evaluators import MultiScenario, registered_evaluator
 from jaxdrive.eval.manager import EvalManager
-from jaxdrive.eval.runner import write_or_fallback
 from jaxdrive.eval.suite import load_suite_specs
-from jaxdrive.files import UnsafeNameError
+from jaxdrive.files import UnsafeNameError, write_or_fallback
 from jaxdrive.models.policy import Policy
 from jaxdrive.render import cli as render_cli
 from jaxdrive.render.video import video_path

@@ -40,8 +40,7 @@ import numpy as np
 from jaxdrive.agents.rollout import scan_rollout
 from jaxdrive.config import ConfigError, list_presets, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
-from jaxdrive.eval.runner import write_or_fallback
-from jaxdrive.files import OutputError, check_writable_file
+from jaxdrive.files import OutputError, check_writable_file, write_or_fallback
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch, required_sizes

@@ -31,10 +31,9 @@ from jaxdrive.eval.runner import (
     check_output_names,
     run_evaluators,
     timestamped_dir,
-    write_or_fallback,
 )
 from jaxdrive.eval.suite import select_suite
-from jaxdrive.files import OutputError, check_writable, check_writable_file
+from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
 from jaxdrive.runs.load import load_policy
 
 # What bad input raises while the checkpoint, the suite and the output paths are read.

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.agents.actors import Actor, policy_actor
-from jaxdrive.config import ConfigError, check_int, check_range, merge
+from jaxdrive.config import ConfigError, check_int, check_name, check_range, merge
 from jaxdrive.data.shards import read_manifest
 from jaxdrive.data.subsets import subset_ids
 from jaxdrive.env import Env, EnvConfig
@@ -126,6 +126,8 @@ class BehaviorClassConfig(EvaluatorConfig):
                 or not all(isinstance(c, str) and c for c in self.classes)):
             raise ConfigError("config key 'classes' must be a non-empty list of names, "
                               f"got {as_written(self.classes)!r}.")
+        for i, name in enumerate(self.classes):  # part of the evaluator's output paths
+            check_name(f"classes[{i}]", name)
         check_int("scenarios_per_class", self.scenarios_per_class, 1)
 
 

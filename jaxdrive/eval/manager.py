@@ -26,9 +26,9 @@ from pathlib import Path
 
 from jaxdrive.eval.evaluator import EvalResult, PoolCache
 from jaxdrive.eval.evaluators import make_evaluators
-from jaxdrive.eval.runner import SuiteResult, check_output_names, write_or_fallback
+from jaxdrive.eval.runner import SuiteResult, check_output_names
 from jaxdrive.eval.suite import EvaluatorSpec
-from jaxdrive.files import OutputError, confined, safe_name
+from jaxdrive.files import OutputError, confined, safe_name, write_or_fallback
 
 
 def result_metrics(result: EvalResult) -> dict[str, float]:

@@ -21,12 +21,10 @@ output directory or in the system temp directory and says where.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -34,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdrive.eval.evaluator import EvalResult, Evaluator, PoolCache
-from jaxdrive.files import OutputError, atomic_write_bytes, atomic_write_text
+from jaxdrive.files import OutputError, write_or_fallback
 
 RESULTS_VERSION = 1
 
@@ -129,68 +127,6 @@ class SuiteResult:
         if problem is not None:
             warnings.warn(problem, stacklevel=2)
         return written
-
-
-def _fallback_dirs(path: Path) -> list[Path]:
-    """Where a file goes when ``path`` cannot be written: next to its directory, then the
-    system temp directory."""
-    return [path.parent.parent, Path(tempfile.gettempdir())]
-
-
-def _write_new_file(directory: Path, prefix: str, suffix: str, data: str | bytes) -> Path:
-    """A new file with a unique name in ``directory`` holding ``data``, synced."""
-    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-        raise
-    return Path(name)
-
-
-def write_or_fallback(path: str | os.PathLike, data: str | bytes) -> tuple[Path, str | None]:
-    """Write ``data`` (text as UTF-8, or bytes) to ``path`` so that the work that made it is
-    never lost.
-
-    First atomically to ``path`` (parents created; a reader never sees half a file). If
-    that fails (unwritable, disk full, directory removed and not re-creatable), to a new
-    file ``DIRNAME-STEM-XXXX.SUFFIX`` next to ``path``'s directory, else in the system
-    temp directory.
-
-    Returns:
-      (the path written, None) or (the fallback path, a message naming ``path``, the
-      reason and the fallback) for the caller to show.
-
-    Raises:
-      OutputError: no place at all could take the file; the message names them.
-    """
-    path = Path(path).expanduser()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, str):
-            atomic_write_text(path, data)
-        else:
-            atomic_write_bytes(path, data)
-        return path, None
-    except OSError as e:
-        reason = e.strerror or str(e)
-    tried = []
-    for directory in _fallback_dirs(path):
-        try:
-            saved = _write_new_file(directory, f"{path.parent.name or 'out'}-{path.stem}-",
-                                    path.suffix, data)
-        except OSError as e:
-            tried.append(f"{directory} ({e.strerror or e})")
-            continue
-        return saved, (f"could not write {path} ({reason}); saved it to {saved} instead. "
-                       "Move it where it belongs, and free space or fix the path for the "
-                       "next run.")
-    raise OutputError(f"could not write {path} ({reason}) nor a copy in "
-                      f"{' or '.join(tried)}; free space or choose a writable path.")
 
 
 def check_output_names(evaluators: list[Evaluator], out_dir: str | os.PathLike) -> None:

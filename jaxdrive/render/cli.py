@@ -32,8 +32,7 @@ import yaml
 from jaxdrive.agents.controllers import log_replay, random_actions
 from jaxdrive.config import ConfigError, parse_overrides
 from jaxdrive.env import Env, episode_steps
-from jaxdrive.eval.runner import write_or_fallback
-from jaxdrive.files import OutputError, check_writable, check_writable_file
+from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
 from jaxdrive.render.record import (
     Recorder,
     VideoConfig,
