@@ -413,6 +413,8 @@ class Checkpointer:
                                  f"moved to {self._quarantine(path, which)}")
         self._write_marker()
         notes += self._recover_best()
+        self._prune("last", self.keep_last)  # a kill may have come before the pruning
+        self._prune("best", 1)
         for manager in self._managers.values():
             manager.reload()
         return notes
@@ -520,8 +522,8 @@ class Checkpointer:
         fix = ("free disk space" if cause.errno in (errno.ENOSPC, errno.EDQUOT)
                else "make it writable")
         raise OutputError(f"could not save the checkpoint "
-                          f"{self.directory / 'last' / str(step)}: {reason}; {kept}; {fix} "
-                          "and continue from it") from e
+                          f"{self.directory / 'last' / str(step)}: {reason}; {kept}; "
+                          f"{fix}") from e
 
     def _tmp_dirs(self, which: str, step: int) -> list[Path]:
         path = self.directory / which

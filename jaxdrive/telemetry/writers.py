@@ -111,7 +111,7 @@ class JsonlWriter:
 
     def _error(self, e: OSError) -> OutputError:
         return OutputError(f"cannot write the metrics file {self.path}: {e.strerror or e}; "
-                           "free disk space (or make it writable) and continue the run")
+                           "free disk space (or make it writable)")
 
     def _truncate_after(self, resume_step: int) -> None:
         kept = []

@@ -135,7 +135,7 @@ def _failure(e: BaseException, config: RunConfig, run_dir: Path) -> int | None:
     elif isinstance(e, (OutputError, TrainingDiverged)):
         message, code = f"{e}", 1
         if (run_dir / "checkpoints").is_dir():
-            message += f" (continue with --resume {run_dir})"
+            message += f"; then continue with --resume {run_dir}"
     else:
         return None
     print(f"error: {message}", file=sys.stderr)

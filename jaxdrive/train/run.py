@@ -239,7 +239,7 @@ def check_finite(it: int, metrics: dict, params) -> None:
     raise TrainingDiverged(
         f"training diverged at iteration {it}: {'; '.join(what)}. Nothing of iteration {it} "
         "was saved; the checkpoints before it are intact. Check the training scenes for NaN "
-        "values, or lower train.learning_rate, then continue with --resume RUN_DIR")
+        "values, or lower train.learning_rate")
 
 
 def _wandb_writer(config: RunConfig, run_dir: Path, resume_id: str | None):
