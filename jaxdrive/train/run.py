@@ -192,7 +192,8 @@ class _StopFlag:
 
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+            # None: the handler was installed outside Python; the default is closest.
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         self._previous.clear()
 
 
