@@ -99,6 +99,23 @@ def _quiet_orbax() -> _DropOrbaxInfo:
 _ORBAX_FILTER = _quiet_orbax()
 
 
+class _DropStorageFailureFutures(logging.Filter):
+    """Drops asyncio's "exception was never retrieved" records of orbax writes that failed
+    for lack of space or permission: one per array written, printed long after the save
+    has raised its one clear error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("exception" in message and "orbax" in message
+                    and any(text in message for text in _OS_MESSAGES))
+
+
+def _quiet_asyncio() -> None:
+    asyncio_logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _DropStorageFailureFutures) for f in asyncio_logger.filters):
+        asyncio_logger.addFilter(_DropStorageFailureFutures())
+
+
 @contextlib.contextmanager
 def _saving() -> Iterator[None]:
     """Within: orbax's own error logs are dropped (the save re-raises the error once)."""
@@ -109,9 +126,18 @@ def _saving() -> Iterator[None]:
         _ORBAX_FILTER.saving -= 1
 
 
+# Storage failures that C++ writers (tensorstore) report in the text of a non-OSError.
+_OS_MESSAGES = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                "Permission denied": errno.EACCES, "Read-only file system": errno.EROFS}
+
+
+_quiet_asyncio()
+
+
 def _os_error(e: BaseException | None) -> OSError | None:
-    """The first OSError in ``e``, its causes, contexts and exception groups."""
-    seen = set()
+    """The first OSError in ``e``, its causes, contexts and exception groups (or one made
+    from a storage failure named in the text of one of them)."""
+    seen, chain = set(), []
     todo = [e]
     while todo:
         e = todo.pop(0)
@@ -120,7 +146,12 @@ def _os_error(e: BaseException | None) -> OSError | None:
         seen.add(id(e))
         if isinstance(e, OSError):
             return e
+        chain.append(e)
         todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+    for e in chain:
+        for text, code in _OS_MESSAGES.items():
+            if text in str(e):
+                return OSError(code, text)
     return None
 
 
