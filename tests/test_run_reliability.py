@@ -7,6 +7,7 @@ starts leave no run directory, out of memory names the key to lower."""
 
 import builtins
 import json
+import logging
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from jaxdrive.files import OutputError
 from jaxdrive.runs import integrity
 from jaxdrive.runs.checkpoint import Checkpointer
 from jaxdrive.runs.config import RunConfig
+from jaxdrive.runs.load import load_policy
 from jaxdrive.runs.lock import RunLock
 from jaxdrive.telemetry.writers import JsonlWriter
 from jaxdrive.train import cli, run
@@ -211,3 +213,32 @@ def test_a_full_disk_under_the_metrics_file_is_one_clear_error(tmp_path):
     with pytest.raises(OutputError, match=f"cannot write the metrics file {path}: No space "
                                           "left on device; free disk space"):
         writer.write(1, {"loss": 0.5})
+
+
+def test_load_policy_skips_a_damaged_newest_checkpoint(reference, tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    last3 = run_dir / "checkpoints" / "last" / "3"
+    (last3 / "metadata" / "metadata").write_text("{}")  # damaged metadata
+    with caplog.at_level(logging.WARNING):
+        loaded = load_policy(run_dir)  # no best/ in this run: the newest intact of last/
+    assert loaded.step == 2 * STEPS_PER_IT
+    assert f"skipped checkpoint {last3}: metadata/metadata has 2 bytes" in caplog.text
+    _leaves_equal(loaded.params, _raw(reference, 2)["params"])
+
+
+def test_resume_without_an_intact_checkpoint_lists_each_and_changes_nothing(
+        reference, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    last = run_dir / "checkpoints" / "last"
+    for step in (1, 2, 3):  # as if every save had been killed before its record
+        (last / str(step) / integrity.RECORD).unlink()
+    assert cli.main(["--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: no intact checkpoint under {last}: {last / '3'}: it has no "
+                          "checksum record"), err
+    assert all(f"{last / str(s)}: it has no checksum record" in err for s in (1, 2, 3))
+    assert "Traceback" not in err
+    assert sorted(p.name for p in last.iterdir()) == ["1", "2", "3"]  # nothing moved
+    assert not (run_dir / "checkpoints" / "damaged").exists()

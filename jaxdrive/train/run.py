@@ -336,12 +336,15 @@ class _Run:
             self._record_config()
 
     def _prepare_resume(self) -> dict:
-        """Cleans the checkpoints directory (stale temporary directories, damaged steps
-        moved aside, an interrupted best re-copied; each printed as a note) and returns
-        the metadata of the newest intact checkpoint (CheckpointError if none is)."""
+        """The metadata of the newest intact checkpoint (CheckpointError listing each
+        checkpoint and why if none is; nothing is changed then). Then cleans the
+        checkpoints directory: stale temporary directories removed, damaged steps moved
+        to ``checkpoints/damaged/``, an interrupted best re-copied; each printed as a
+        note."""
+        meta = self.ckpt.restore_metadata()
         for note in self.ckpt.recover():
             self.log(f"note: {note}")
-        return self.ckpt.restore_metadata(step=self.ckpt.latest_step())
+        return meta
 
     def _record_config(self) -> None:
         """Writes the resumed run's config to config.yaml (atomically) when ``--set``
