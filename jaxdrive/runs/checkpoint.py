@@ -14,27 +14,57 @@ is older than the last K.
 
 Host-side only: never call these inside jit. Saves are synchronous, so a trainer may exit
 right after ``save`` returns (e.g. on Ctrl-C).
+
+Integrity (``jaxdrive.runs.integrity``): after orbax commits ``last/<step>``, the size and
+SHA-256 of each of its files go to ``last/<step>/checksums.json``; every restore checks
+them first. A damaged or unfinished step raises ``CheckpointError`` naming the path and
+the reason; ``step=None`` takes the newest intact step and logs the ones it skipped.
+``best/<step>`` is a verified copy of ``last/<step>``, renamed into place before the old
+best is removed, so a kill at any point leaves an intact best. The first ``save`` of a
+``Checkpointer`` (or ``recover``, which the trainer calls at start) removes stale
+temporary directories, moves damaged or unfinished steps to ``damaged/`` and re-copies a
+best that a kill interrupted. Only one writer may use a directory at a time (the trainer
+holds the run lock, ``jaxdrive.runs.lock``); readers never change anything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import errno
+import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from orbax.checkpoint import checkpoint_managers
+
+from jaxdrive.files import OutputError, atomic_write_text
+from jaxdrive.runs import integrity
 
 _log = logging.getLogger(__name__)
 
 _WHICH = ("last", "best")
 _STATE = "state"
 _META = "metadata"
+_TMP = ".orbax-checkpoint-tmp"  # orbax's suffix of uncommitted directories
+_MARKER = "integrity.json"  # "steps here carry checksum records": a missing one is damage
+_DAMAGED = "damaged"
+
+
+class CheckpointError(FileNotFoundError):
+    """A checkpoint is damaged or unfinished, or no intact checkpoint is left.
+
+    The message names each path and why it cannot be used. A subclass of
+    FileNotFoundError, so callers that already report a missing checkpoint as an input
+    error report an unusable one the same way.
+    """
 
 
 class _DropOrbaxInfo(logging.Filter):
@@ -45,19 +75,96 @@ class _DropOrbaxInfo(logging.Filter):
     and so do INFO records of any other absl user.
     """
 
+    saving = 0  # > 0 while Checkpointer.save runs: its errors are re-raised, once
+
     def filter(self, record: logging.LogRecord) -> bool:
+        from_orbax = f"{os.sep}orbax{os.sep}" in record.pathname
+        if from_orbax and self.saving and record.levelno >= logging.ERROR:
+            return False  # each orbax thread logs the same failure with a traceback
         if record.levelno >= logging.WARNING:
             return True
-        return f"{os.sep}orbax{os.sep}" not in record.pathname
+        return not from_orbax
 
 
-def _quiet_orbax() -> None:
+def _quiet_orbax() -> _DropOrbaxInfo:
     absl_logger = logging.getLogger("absl")
-    if not any(isinstance(f, _DropOrbaxInfo) for f in absl_logger.filters):
-        absl_logger.addFilter(_DropOrbaxInfo())
+    for f in absl_logger.filters:
+        if isinstance(f, _DropOrbaxInfo):
+            return f
+    f = _DropOrbaxInfo()
+    absl_logger.addFilter(f)
+    return f
 
 
-_quiet_orbax()
+_ORBAX_FILTER = _quiet_orbax()
+
+
+class _DropStorageFailureFutures(logging.Filter):
+    """Drops asyncio's "exception was never retrieved" records of orbax writes that failed
+    for lack of space or permission: one per array written, printed long after the save
+    has raised its one clear error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("exception" in message and "orbax" in message
+                    and any(text in message for text in _OS_MESSAGES))
+
+
+def _quiet_asyncio() -> None:
+    asyncio_logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _DropStorageFailureFutures) for f in asyncio_logger.filters):
+        asyncio_logger.addFilter(_DropStorageFailureFutures())
+
+
+@contextlib.contextmanager
+def _saving() -> Iterator[None]:
+    """Within: orbax's own error logs are dropped (the save re-raises the error once)."""
+    _ORBAX_FILTER.saving += 1
+    try:
+        yield
+    finally:
+        _ORBAX_FILTER.saving -= 1
+
+
+# Storage failures that C++ writers (tensorstore) report in the text of a non-OSError.
+_OS_MESSAGES = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                "Permission denied": errno.EACCES, "Read-only file system": errno.EROFS}
+
+
+_quiet_asyncio()
+
+
+def _os_error(e: BaseException | None) -> OSError | None:
+    """The first OSError in ``e``, its causes, contexts and exception groups (or one made
+    from a storage failure named in the text of one of them)."""
+    seen, chain = set(), []
+    todo = [e]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            return e
+        chain.append(e)
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+    for e in chain:
+        for text, code in _OS_MESSAGES.items():
+            if text in str(e):
+                return OSError(code, text)
+    return None
+
+
+def _remove_dir(path: Path) -> None:
+    """Removes a directory: first renamed to a temporary name (so a kill halfway leaves a
+    stale temporary directory, cleaned later, never half a step), then deleted."""
+    if not path.exists():
+        return
+    doomed = path.with_name(f"{path.name}{_TMP}-deleting")
+    if doomed.exists():
+        shutil.rmtree(doomed, ignore_errors=True)
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def find_checkpoints(run_dir: str | os.PathLike) -> Path:
@@ -197,6 +304,8 @@ class Checkpointer:
         self.best_metric = best_metric
         self.best_mode = best_mode
         self._managers: dict[str, ocp.CheckpointManager] = {}
+        self._recovered = False
+        self.skipped: list[str] = []  # what the last restore skipped, one line each
         self.best_value: float | None = None
         if best_metric is not None:
             self.best_value = self._recover_best_value()
@@ -215,9 +324,9 @@ class Checkpointer:
         path = self.directory / which
         if not create and not path.is_dir():
             return None
-        keep = self.keep_last if which == "last" else 1
         options = ocp.CheckpointManagerOptions(
-            preservation_policy=checkpoint_managers.LatestN(n=keep),
+            # Retention is ours (``_prune``): a step goes only once a newer one is recorded.
+            max_to_keep=None,
             # Synchronous: save() returns once the files are committed.
             enable_async_checkpointing=False,
             create=True,
@@ -240,28 +349,164 @@ class Checkpointer:
             manager.reload()
         return manager
 
+    # ------------------------------------------------------------------ integrity
+
+    def _steps(self, which: str) -> list[int]:
+        """Committed steps of ``which`` (directories named by their step), ascending."""
+        self._check_which(which)
+        path = self.directory / which
+        if not path.is_dir():
+            return []
+        return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit() and p.is_dir())
+
+    def _legacy(self) -> bool:
+        """Saved before checksums existed: no marker and no step with a record."""
+        if (self.directory / _MARKER).exists():
+            return False
+        return not any(integrity.has_record(self.directory / w / str(s))
+                       for w in _WHICH for s in self._steps(w))
+
+    def problems(self, step: int, which: str = "last") -> list[str]:
+        """Why ``which/step`` cannot be restored (damaged or unfinished); empty if intact."""
+        return integrity.problems(self.directory / which / str(int(step)), self._legacy())
+
     def _resolve_step(self, step: int | None, which: str) -> tuple[ocp.CheckpointManager, int]:
-        manager = self._fresh_manager(which)
-        steps = list(manager.all_steps()) if manager is not None else []
+        """The manager and an intact step of ``which``: ``step``, or the newest intact one.
+
+        Raises:
+          FileNotFoundError: no checkpoint (or not that step).
+          CheckpointError: ``step`` is damaged, or (``step`` None) no step is intact.
+        """
+        steps = self._steps(which)
+        where = self.directory / which
         if not steps:
             hint = (" (best/ is only written when the Checkpointer has a best_metric)"
                     if which == "best" else "")
             raise FileNotFoundError(
-                f"no checkpoints under {self.directory / which}; was the run saved? pass a run "
+                f"no checkpoints under {where}; was the run saved? pass a run "
                 f"directory that contains checkpoints/{hint}")
-        if step is None:
-            return manager, max(steps)
-        if int(step) not in steps:
+        if step is not None and int(step) not in steps:
             raise FileNotFoundError(
-                f"no checkpoint for step {step} under {self.directory / which}; "
-                f"available steps: {sorted(steps)}")
-        return manager, int(step)
+                f"no checkpoint for step {step} under {where}; available steps: {steps}")
+        legacy = self._legacy()
+        if legacy:
+            _log.warning("checkpoints under %s have no checksums (saved by an older jaxdrive): "
+                         "restored without verification", self.directory)
+        candidates = [int(step)] if step is not None else steps[::-1]
+        skipped = []
+        for s in candidates:
+            found = integrity.problems(where / str(s), legacy)
+            if not found:
+                break
+            skipped.append(f"{where / str(s)}: {integrity.describe(found)}")
+        else:
+            if step is not None:
+                raise CheckpointError(f"checkpoint {skipped[0]}; restore another step "
+                                      f"(available: {steps}) or step=None for the newest "
+                                      "intact one")
+            raise CheckpointError(
+                f"no intact checkpoint under {where}: " + "; ".join(skipped) +
+                ". Each was damaged after it was saved or its save did not finish; start a "
+                "new run (e.g. --config RUN_DIR/config.yaml) or restore a copy")
+        for line in skipped:
+            _log.warning("skipped checkpoint %s", line)
+        self.skipped = skipped
+        return self._fresh_manager(which), s
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self) -> list[str]:
+        """Makes the directory ready for saving; returns one note per change.
+
+        Removes stale temporary directories (a save or deletion that was killed), records
+        checksums of a directory saved before they existed, moves damaged or unfinished
+        steps to ``damaged/`` (they would block re-saving their step) and copies to
+        ``best/`` an intact ``last/`` step whose best save was interrupted. Only the one
+        writer of the directory may call it (the trainer holds the run lock); ``save``
+        calls it once, first.
+        """
+        self._recovered = True
+        if not self.directory.is_dir():
+            return []
+        notes = self._clean_tmp()
+        legacy = self._legacy()
+        for which in _WHICH:
+            for s in self._steps(which):
+                path = self.directory / which / str(s)
+                if legacy and not integrity.has_record(path):
+                    integrity.write_record(path)
+                    notes.append(f"{path}: saved without checksums (older jaxdrive); "
+                                 "recorded them now")
+                    continue
+                found = integrity.problems(path, legacy=False)
+                if found:
+                    notes.append(f"{path} cannot be used ({integrity.describe(found)}); "
+                                 f"moved to {self._quarantine(path, which)}")
+        self._write_marker()
+        notes += self._recover_best()
+        self._prune("last", self.keep_last)  # a kill may have come before the pruning
+        self._prune("best", 1)
+        for manager in self._managers.values():
+            manager.reload()
+        return notes
+
+    def _clean_tmp(self) -> list[str]:
+        notes = []
+        for which in _WHICH:
+            path = self.directory / which
+            if not path.is_dir():
+                continue
+            for p in sorted(path.iterdir()):
+                if _TMP in p.name:
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+                    notes.append(f"removed {p}: a save or deletion that did not finish")
+        return notes
+
+    def _quarantine(self, path: Path, which: str) -> Path:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        dest = self.directory / _DAMAGED / f"{which}-{path.name}-{stamp}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, dest)
+        return dest
+
+    def _write_marker(self) -> None:
+        marker = self.directory / _MARKER
+        if not marker.exists():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(marker, json.dumps(
+                {"checksums": integrity.RECORD, "algorithm": "sha256"}) + "\n")
+
+    def _recover_best(self) -> list[str]:
+        """Copies to ``best/`` the best ``last/`` step newer than the best one, if it beats
+        it (its own best save was interrupted)."""
+        if self.best_metric is None:
+            return []
+        self.best_value = self._recover_best_value()
+        best_steps = self._steps("best")
+        newest_best = best_steps[-1] if best_steps else -1
+        chosen, value = None, self.best_value
+        for s in self._steps("last"):
+            if s <= newest_best:
+                continue
+            v = self._metric(self.restore_metadata(s, "last"))
+            if v is not None and (value is None or self._beats(v, value)):
+                chosen, value = s, v
+        if chosen is None:
+            return []
+        self._copy_to_best(chosen)
+        self.best_value = value
+        return [f"best/: copied step {chosen} ({self.best_metric} {value:g}) from last/, "
+                "its best save had not finished"]
 
     def _recover_best_value(self) -> float | None:
-        manager = self._manager("best")
-        if manager is None or manager.latest_step() is None:
+        if not self._steps("best"):
             return None
-        value = self._metric(self.restore_metadata(which="best"))
+        try:
+            metadata = self.restore_metadata(which="best")
+        except CheckpointError as e:
+            _log.warning("%s; the next save with %r becomes the best", e, self.best_metric)
+            return None
+        value = self._metric(metadata)
         if value is None:
             _log.warning("best checkpoint under %s has no finite %r in its metadata; the "
                          "next save with that metric replaces it", self.directory / "best",
@@ -280,10 +525,85 @@ class Checkpointer:
         value = float(value)
         return value if math.isfinite(value) else None
 
+    def _beats(self, value: float, other: float) -> bool:
+        return value > other if self.best_mode == "max" else value < other
+
     def _is_better(self, value: float) -> bool:
-        if self.best_value is None:
-            return True
-        return value > self.best_value if self.best_mode == "max" else value < self.best_value
+        return self.best_value is None or self._beats(value, self.best_value)
+
+    # ------------------------------------------------------------------ writing
+
+    def _save_failed(self, e: BaseException, step: int, partial: list[Path]) -> None:
+        """Removes what a failed save of ``step`` left behind, then raises: OutputError
+        (naming the path, the OS reason and the intact checkpoint left) when the cause
+        is an OSError (disk full, permissions), else the original error."""
+        for p in partial:
+            with contextlib.suppress(OSError):
+                _remove_dir(p) if p.name.isdigit() else shutil.rmtree(p)
+        for manager in self._managers.values():
+            with contextlib.suppress(Exception):
+                manager.reload()
+        cause = _os_error(e)
+        if cause is None:
+            raise e
+        intact = [s for s in self._steps("last") if s != step]
+        kept = (f"the checkpoint saved before, {self.directory / 'last' / str(intact[-1])}, "
+                "is intact" if intact else "no earlier checkpoint exists")
+        reason = cause.strerror or str(cause)
+        fix = ("free disk space" if cause.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "make it writable")
+        raise OutputError(f"could not save the checkpoint "
+                          f"{self.directory / 'last' / str(step)}: {reason}; {kept}; "
+                          f"{fix}") from e
+
+    def _tmp_dirs(self, which: str, step: int) -> list[Path]:
+        path = self.directory / which
+        return [p for p in path.glob(f"{step}{_TMP}*")] if path.is_dir() else []
+
+    def _commit_last(self, step: int, args: ocp.args.Composite) -> None:
+        """orbax save of ``last/step``, then its checksum record; cleans up on failure."""
+        last = self._manager("last", create=True)
+        last.reload()
+        try:
+            with _saving():
+                last.save(step, args=args, force=True)
+                last.wait_until_finished()
+            integrity.write_record(self.directory / "last" / str(step))
+        except Exception as e:
+            self._save_failed(e, step, self._tmp_dirs("last", step)
+                              + [self.directory / "last" / str(step)])
+        self._prune("last", self.keep_last)
+
+    def _copy_to_best(self, step: int) -> None:
+        """``best/step`` := a verified copy of ``last/step``; the old best goes after."""
+        best = self.directory / "best"
+        tmp = best / f"{step}{_TMP}-copy"
+        try:
+            best.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            shutil.copytree(self.directory / "last" / str(step), tmp)
+            found = integrity.problems(tmp)
+            if found:
+                raise CheckpointError(f"the copy of {self.directory / 'last' / str(step)} to "
+                                      f"best/ differs from it: {integrity.describe(found)}")
+            if (best / str(step)).exists():
+                _remove_dir(best / str(step))
+            os.rename(tmp, best / str(step))
+        except OSError as e:
+            if isinstance(e, CheckpointError):
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            self._save_failed(e, step, [tmp])
+        self._prune("best", 1)
+
+    def _prune(self, which: str, keep: int) -> None:
+        """Removes all but the newest ``keep`` steps of ``which``."""
+        for s in self._steps(which)[:-keep]:
+            _remove_dir(self.directory / which / str(s))
+        manager = self._managers.get(which)
+        if manager is not None:
+            manager.reload()
 
     # ------------------------------------------------------------------ public
 
@@ -298,7 +618,11 @@ class Checkpointer:
           metadata: JSON-able dict (NumPy/JAX scalars are converted to Python numbers).
 
         Returns:
-          True if this save became the best one (and was written to ``best/``).
+          True if this save became the best one (and was copied to ``best/``).
+
+        Raises:
+          OutputError: the files could not be written (disk full, permissions); what the
+            failed save wrote is removed and the earlier checkpoints are intact.
         """
         step = int(step)
         if step < 0:
@@ -307,9 +631,12 @@ class Checkpointer:
             raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
         metadata = _jsonable(metadata)
         value = self._metric(metadata) if self.best_metric is not None else None
-
-        last = self._manager("last", create=True)
-        latest = last.latest_step()
+        if not self._recovered:
+            for note in self.recover():
+                _log.warning("%s", note)
+            self._write_marker()
+        steps = self._steps("last")
+        latest = steps[-1] if steps else None
         if latest is not None and step < latest:
             raise ValueError(
                 f"step {step} is older than the latest checkpoint {latest} under "
@@ -319,31 +646,24 @@ class Checkpointer:
             _log.warning("step %d is already saved under %s; skipping this save", step,
                          self.directory / "last")
             return False
-
-        def args() -> ocp.args.Composite:
-            # Fresh args per manager: orbax may consume them.
-            return ocp.args.Composite(**{_STATE: ocp.args.StandardSave(_to_storable(state)),
-                                         _META: ocp.args.JsonSave(metadata)})
-
-        last.save(step, args=args(), force=True)
-        last.wait_until_finished()
+        self._commit_last(step, ocp.args.Composite(**{
+            _STATE: ocp.args.StandardSave(_to_storable(state)),
+            _META: ocp.args.JsonSave(metadata)}))
         if value is None or not self._is_better(value):
             return False
-        best = self._manager("best", create=True)
-        best.save(step, args=args(), force=True)
-        best.wait_until_finished()
+        self._copy_to_best(step)
         self.best_value = value
         return True
 
     def latest_step(self, which: str = "last") -> int | None:
-        """The newest saved step in ``which`` ("last" or "best"), None if there is none."""
-        manager = self._fresh_manager(which)
-        return None if manager is None else manager.latest_step()
+        """The newest saved step in ``which`` ("last" or "best"), None if there is none.
+        Not verified: ``restore`` checks a step's files."""
+        steps = self._steps(which)
+        return steps[-1] if steps else None
 
     def all_steps(self, which: str = "last") -> list[int]:
-        """Saved steps in ``which`` ("last" or "best"), ascending."""
-        manager = self._fresh_manager(which)
-        return [] if manager is None else sorted(int(s) for s in manager.all_steps())
+        """Saved steps in ``which`` ("last" or "best"), ascending (not verified)."""
+        return self._steps(which)
 
     def restore(self, target: Any, step: int | None = None,
                 which: str = "last") -> tuple[Any, dict]:
@@ -353,7 +673,8 @@ class Checkpointer:
           target: pytree with the structure, shapes and dtypes of the saved state (e.g. a
             freshly initialised train state, typed keys included); arrays come back with
             its types and shardings.
-          step: step to restore; None restores the latest.
+          step: step to restore; None restores the newest intact one (the damaged or
+            unfinished steps it skips are logged and listed in ``self.skipped``).
           which: "last" or "best".
 
         Returns:
@@ -361,6 +682,8 @@ class Checkpointer:
 
         Raises:
           FileNotFoundError: no checkpoint (or not that step) under ``directory/which``.
+          CheckpointError: that step, or (step None) every step, is damaged or unfinished;
+            the message names each path and the reason.
           ValueError: ``target`` differs from the saved state in structure, shape or dtype.
         """
         manager, step = self._resolve_step(step, which)
@@ -373,7 +696,7 @@ class Checkpointer:
         return _from_storable(restored[_STATE], target), restored[_META]
 
     def restore_metadata(self, step: int | None = None, which: str = "last") -> dict:
-        """Only the metadata of a save (no arrays are read)."""
+        """Only the metadata of a save (its files are verified, no arrays are read)."""
         manager, step = self._resolve_step(step, which)
         return manager.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))[
             _META]
@@ -383,7 +706,7 @@ class Checkpointer:
 
         Custom pytree nodes (flax structs, optax states) come back as nested dicts / lists
         of arrays, typed keys as their raw uint32 key data, and zero-size arrays as
-        one-element placeholders.
+        one-element placeholders. Steps are chosen and verified as in ``restore``.
         """
         manager, step = self._resolve_step(step, which)
         restored = manager.restore(step, args=ocp.args.Composite(**{
@@ -393,7 +716,8 @@ class Checkpointer:
     def close(self) -> None:
         """Waits for pending work and releases the orbax managers."""
         for manager in self._managers.values():
-            manager.close()
+            with _saving():  # a failed save already raised its error
+                manager.close()
         self._managers.clear()
 
     def __enter__(self) -> Checkpointer:

@@ -6,6 +6,7 @@ them), so that evaluation never imports the trainer.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,16 +14,19 @@ import yaml
 
 from jaxdrive.config import merge
 from jaxdrive.env import Env
+from jaxdrive.files import atomic_write_text
 from jaxdrive.models.policy import Policy
-from jaxdrive.runs.checkpoint import Checkpointer, find_checkpoints
+from jaxdrive.runs.checkpoint import Checkpointer, CheckpointError, find_checkpoints
 from jaxdrive.runs.config import RunConfig
 from jaxdrive.sim.dynamics import migrate_flat_layout
 
+_log = logging.getLogger(__name__)
+
 
 def save_config(config: RunConfig, path: Path) -> None:
-    """Write ``config`` (every key, defaults included) to ``path`` as YAML."""
-    with open(path, "w") as f:
-        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+    """Write ``config`` (every key, defaults included) to ``path`` as YAML, atomically (a
+    reader sees the old file or the new one)."""
+    atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
 def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunConfig:
@@ -56,16 +60,27 @@ def load_policy(run_dir: str | Path, which: str = "best") -> LoadedPolicy:
     Args:
       run_dir: a run directory (or its ``checkpoints/``).
       which: ``best`` (by validation goal rate; falls back to ``last`` when the run has
-        no best checkpoint) or ``last``.
+        no intact best checkpoint) or ``last``. The newest intact checkpoint is used;
+        damaged or unfinished ones are skipped with a warning.
+
+    Raises:
+      FileNotFoundError: not a run directory, or no checkpoint.
+      CheckpointError: no intact checkpoint (the message lists each and why).
     """
     ckpt_dir = find_checkpoints(run_dir)
     config = read_run_config(ckpt_dir.parent)
     policy = Policy.for_env(config.policy, Env(config.env))
     ckpt = Checkpointer(ckpt_dir)
     try:
-        if which == "best" and ckpt.latest_step("best") is None:
-            which = "last"
-        raw, meta = ckpt.restore_raw(which=which)
+        if which == "best":
+            try:
+                raw, meta = ckpt.restore_raw(which="best")
+            except FileNotFoundError as e:  # CheckpointError included
+                if isinstance(e, CheckpointError):
+                    _log.warning("%s; loading the newest intact checkpoint of last/ instead", e)
+                raw, meta = ckpt.restore_raw(which="last")
+        else:
+            raw, meta = ckpt.restore_raw(which=which)
     finally:
         ckpt.close()
     return LoadedPolicy(policy=policy, params=raw["params"], config=config,

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxdrive.files import OutputError, atomic_write_text
+
 __all__ = ["ConsoleProgress", "JsonlWriter", "WandbWriter", "Writers", "format_metric"]
 
 
@@ -99,10 +101,17 @@ class JsonlWriter:
             (by the interrupted run) are dropped first so steps are not duplicated.
         """
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and self.path.exists():
-            self._truncate_after(int(resume_step))
-        self._file = open(self.path, "a", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if resume_step is not None and self.path.exists():
+                self._truncate_after(int(resume_step))
+            self._file = open(self.path, "a", encoding="utf-8")
+        except OSError as e:
+            raise self._error(e) from e
+
+    def _error(self, e: OSError) -> OutputError:
+        return OutputError(f"cannot write the metrics file {self.path}: {e.strerror or e}; "
+                           "free disk space (or make it writable)")
 
     def _truncate_after(self, resume_step: int) -> None:
         kept = []
@@ -114,23 +123,26 @@ class JsonlWriter:
                     continue  # e.g. a line cut short by the crash
                 if isinstance(step, int | float) and step <= resume_step:
                     kept.append(line if line.endswith("\n") else line + "\n")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(kept)
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(kept))
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Append ``{"step": step, **metrics}`` as one line and flush; NaN / inf are written
         as null."""
         record = {"step": int(step)}
         record.update((k, _to_python(v)) for k, v in metrics.items() if k != "step")
-        self._file.write(json.dumps(record, allow_nan=False) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            self._file.flush()
+        except OSError as e:  # e.g. disk full: one clear error, not a traceback per writer
+            raise self._error(e) from e
 
     def close(self) -> None:
         """Close the file (safe to call twice)."""
         if not self._file.closed:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as e:  # the buffered tail could not be written
+                raise self._error(e) from e
 
 
 class ConsoleProgress:

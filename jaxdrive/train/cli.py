@@ -9,9 +9,17 @@ files of the repository's configs/, shipped with the package).
 
 Prints the run directory; it holds config.yaml (resolved), metrics.jsonl and
 checkpoints/. ``--set train.total_steps=N`` shortens (or, with --resume, extends) a run.
-A resumed run uses the run directory's saved config.yaml (plus ``--set``).
+A resumed run uses the run directory's saved config.yaml (plus ``--set``, which is
+written to config.yaml; the previous one is kept as config.prev.yaml) and the newest
+intact checkpoint (damaged ones are named and skipped). A run directory is locked while a
+run trains in it; ``--force-unlock`` takes over a lock whose holder is surely gone.
+Ctrl-C or SIGTERM finishes the iteration, saves and exits; continue with ``--resume``.
 Config sections: env, procedural, policy, train, validation, checkpoint, logging (see
 ``jaxdrive.runs.config``).
+
+Exit codes: 0 done (or stopped by Ctrl-C / SIGTERM after saving); 1 the run failed
+(disk full, training diverged), its checkpoints saved before are intact; 2 bad input
+(config, run directory, lock held, no intact checkpoint, too large for memory).
 """
 
 from __future__ import annotations
@@ -20,15 +28,25 @@ import argparse
 import sys
 from pathlib import Path
 
+import jax
+
 from jaxdrive.config import ConfigError, parse_overrides
-from jaxdrive.runs.config import load_run_config
+from jaxdrive.files import OutputError, UnsafeNameError
+from jaxdrive.runs.config import RunConfig, load_run_config
 from jaxdrive.runs.load import read_run_config
-from jaxdrive.train.run import new_run_dir, summary_lines, train
+from jaxdrive.runs.lock import RunLockedError
+from jaxdrive.train.run import (
+    TrainingDiverged,
+    new_run_dir,
+    remove_unused_run_dir,
+    summary_lines,
+    train,
+)
+
+INPUT_ERRORS = (ConfigError, FileNotFoundError, RunLockedError, UnsafeNameError)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m jaxdrive.train``; returns the exit code (2 on bad
-    input)."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=None,
@@ -37,29 +55,88 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set train.total_steps=2000000")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
-                   help="continue a run from its last checkpoint (uses its config.yaml)")
+                   help="continue a run from its newest intact checkpoint (uses its "
+                        "config.yaml)")
+    p.add_argument("--force-unlock", action="store_true",
+                   help="with --resume: take over the run directory's lock even if another "
+                        "process holds it (only when that process is surely gone)")
+    return p
+
+
+def _setup(args) -> tuple[RunConfig, Path]:
+    """The config and run directory (a fresh one is created) for the parsed arguments."""
+    overrides = parse_overrides(args.overrides)
+    if not args.resume:
+        config = load_run_config(args.config, overrides)
+        return config, new_run_dir(config, Path(args.config).stem)
+    run_dir = Path(args.resume)
+    config = read_run_config(run_dir, overrides)
+    if args.config and load_run_config(args.config, overrides) != config:
+        print(f"note: --resume continues with {run_dir}/config.yaml (plus --set); "
+              f"it differs from {args.config}, which is not used.", flush=True)
+    if not (run_dir / "checkpoints").is_dir():
+        raise FileNotFoundError(f"{run_dir}/checkpoints not found: the run saved no "
+                                "checkpoint to resume from.")
+    return config, run_dir
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or (isinstance(e, jax.errors.JaxRuntimeError)
+                                          and "RESOURCE_EXHAUSTED" in str(e))
+
+
+def out_of_memory_message(e: BaseException, config: RunConfig) -> str:
+    """What to lower when the run does not fit in memory (``e``: MemoryError or XLA's
+    RESOURCE_EXHAUSTED)."""
+    t = config.train
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return (f"out of memory ({first}): a run with train.num_envs={t.num_envs} does not fit "
+            f"on this device; lower train.num_envs (e.g. --set "
+            f"train.num_envs={max(1, t.num_envs // 4)}), or train.rollout_steps "
+            f"({t.rollout_steps}) or the policy size")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.train``; returns the exit code (2 on bad
+    input, 1 when the run failed)."""
+    p = _parser()
     args = p.parse_args(argv)
     if not args.config and not args.resume:
         p.error("give --config FILE or PRESET (e.g. configs/quickstart.yaml or quickstart) "
                 "or --resume RUN_DIR")
     try:
-        overrides = parse_overrides(args.overrides)
-        if args.resume:
-            run_dir = Path(args.resume)
-            config = read_run_config(run_dir, overrides)
-            if args.config and load_run_config(args.config, overrides) != config:
-                print(f"note: --resume continues with {run_dir}/config.yaml (plus --set); "
-                      f"it differs from {args.config}, which is not used.", flush=True)
-            if not (run_dir / "checkpoints").is_dir():
-                raise FileNotFoundError(f"{run_dir}/checkpoints not found: the run saved no "
-                                        "checkpoint to resume from.")
-        else:
-            config = load_run_config(args.config, overrides)
-            run_dir = new_run_dir(config, Path(args.config).stem)
-    except (ConfigError, FileNotFoundError) as e:
+        config, run_dir = _setup(args)
+    except (*INPUT_ERRORS, OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    metrics = train(config, run_dir, resume=bool(args.resume))
+    try:
+        metrics = train(config, run_dir, resume=bool(args.resume),
+                        force_unlock=args.force_unlock)
+    except BaseException as e:
+        if not args.resume and remove_unused_run_dir(run_dir):
+            print(f"note: removed {run_dir}: the run failed before saving anything",
+                  file=sys.stderr)
+        code = _failure(e, config, run_dir)
+        if code is None:
+            raise  # a bug: keep its traceback
+        return code
     for line in summary_lines(metrics, run_dir):
         print(line)
     return 0
+
+
+def _failure(e: BaseException, config: RunConfig, run_dir: Path) -> int | None:
+    """Prints ``error: ...`` for a known failure and returns its exit code; None for
+    anything else (re-raised with its traceback)."""
+    if isinstance(e, INPUT_ERRORS):
+        message, code = str(e), 2
+    elif _out_of_memory(e):
+        message, code = out_of_memory_message(e, config), 2
+    elif isinstance(e, (OutputError, TrainingDiverged)):
+        message, code = f"{e}", 1
+        if (run_dir / "checkpoints").is_dir():
+            message += f"; then continue with --resume {run_dir}"
+    else:
+        return None
+    print(f"error: {message}", file=sys.stderr)
+    return code

@@ -4,8 +4,16 @@ The host loop only dispatches the jitted ``PPO.train_step``, fetches its metrics
 ``device_get`` per iteration), and does I/O: the console progress bar, ``metrics.jsonl``,
 wandb, validation every ``validation.every`` iterations and orbax checkpoints. Ctrl-C
 finishes the running iteration, saves a checkpoint and exits cleanly (a second Ctrl-C
-aborts at once). ``--resume RUN_DIR`` restores the last checkpoint and continues with
-exactly the numbers an uninterrupted run would produce (CPU).
+aborts at once); SIGTERM (what clusters send before killing a job) does the same.
+``--resume RUN_DIR`` restores the newest intact checkpoint and continues with exactly the
+numbers an uninterrupted run would produce (CPU).
+
+Reliability: a run holds ``RUN_DIR/run.lock`` while it trains (a second process cannot
+write into it); each iteration's loss metrics and an all-finite flag of the parameters
+(computed inside the jitted step, fetched with the metrics) are checked, and a non-finite
+one stops the run with ``TrainingDiverged`` before anything of that iteration is saved;
+a failed write (disk full) raises one ``OutputError`` and leaves the checkpoints saved
+before it intact.
 
 Run directory layout::
 
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -31,12 +40,14 @@ import numpy as np
 from jaxdrive.env import Env, EnvParams, episode_steps
 from jaxdrive.eval.manager import EvalManager
 from jaxdrive.eval.suite import load_suite_file
+from jaxdrive.files import OutputError, atomic_write_text, safe_name
 from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import Checkpointer
 from jaxdrive.runs.config import RunConfig
-from jaxdrive.runs.load import load_policy, save_config
+from jaxdrive.runs.load import load_policy, read_run_config, save_config
+from jaxdrive.runs.lock import LOCK_FILE, RunLock
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
@@ -44,6 +55,8 @@ from jaxdrive.train.ppo import PPO
 from jaxdrive.train.validation import make_validator
 
 BEST_METRIC = "val/goal_rate"
+PARAMS_FINITE = "guard/params_finite"  # 1.0 when every parameter and optimiser value is finite
+GUARDED = ("loss/", "rollout/")  # metrics that are finite whenever training is healthy
 CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
                 "val/goal_rate", "val/collision_rate", "val/offroad_rate")
 
@@ -120,13 +133,21 @@ class SceneStream:
 
 
 def new_run_dir(config: RunConfig, name: str) -> Path:
-    """``output_dir/NAME-YYYYmmdd-HHMMSS`` (a suffix keeps concurrent runs apart)."""
+    """``output_dir/NAME-YYYYmmdd-HHMMSS`` (a suffix keeps concurrent runs apart).
+
+    Raises UnsafeNameError for a ``logging.run_name`` that is not a plain name (``/``,
+    ``..``) and OutputError when the directory cannot be created."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(config.logging.output_dir) / f"{config.logging.run_name or name}-{stamp}"
+    prefix = safe_name(config.logging.run_name or name, "logging.run_name")
+    base = Path(config.logging.output_dir) / f"{prefix}-{stamp}"
     path, i = base, 1
-    while path.exists():
-        path, i = Path(f"{base}-{i}"), i + 1
-    path.mkdir(parents=True)
+    try:
+        while path.exists():
+            path, i = Path(f"{base}-{i}"), i + 1
+        path.mkdir(parents=True)
+    except OSError as e:
+        raise OutputError(f"cannot create the run directory {path}: {e.strerror or e}; set "
+                          "logging.output_dir to a writable directory") from e
     return path
 
 
@@ -139,30 +160,87 @@ def _uncommitted(x):
     return jnp.asarray(np.asarray(x))
 
 
+class TrainingDiverged(RuntimeError):
+    """A loss metric or a parameter became NaN or infinite; nothing of that iteration was
+    saved."""
+
+
 class _StopFlag:
-    """First Ctrl-C asks the loop to save and stop; a second one aborts."""
+    """The first Ctrl-C or SIGTERM asks the loop to save and stop; a second one aborts."""
+
+    SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
     def __init__(self):
         self.requested = False
-        self._previous = None
+        self._previous = {}
 
     def __enter__(self):
         def handler(signum, frame):
             if self.requested:
                 raise KeyboardInterrupt
             self.requested = True
-            print("\nCtrl-C: finishing this iteration, saving a checkpoint "
-                  "(Ctrl-C again to abort)", flush=True)
+            name = self.SIGNALS.get(signum, f"signal {signum}")
+            print(f"\n{name}: finishing this iteration, saving a checkpoint "
+                  f"({name} again to abort)", flush=True)
 
-        try:
-            self._previous = signal.signal(signal.SIGINT, handler)
-        except ValueError:  # not the main thread: no handler, plain KeyboardInterrupt
-            self._previous = None
+        for signum in self.SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread: no handler, default behaviour
+                pass
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            # None: the handler was installed outside Python; the default is closest.
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._previous.clear()
+
+
+def _guarded(train_step):
+    """``train_step`` that also returns ``PARAMS_FINITE`` among its metrics: computed on the
+    device, fetched with the other metrics (no extra host round trip)."""
+    def step(state, env_params):
+        state, metrics = train_step(state, env_params)
+        leaves = [x for x in jax.tree.leaves((state.params, state.opt_state))
+                  if jnp.issubdtype(x.dtype, jnp.inexact)]
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+        return state, {**metrics, PARAMS_FINITE: finite.astype(jnp.float32)}
+
+    return step
+
+
+def _non_finite_params(params) -> list[str]:
+    """Paths of the parameter arrays holding NaN or inf (host side, on failure only)."""
+    flat = jax.tree_util.tree_flatten_with_path(jax.device_get(params))[0]
+    return [jax.tree_util.keystr(path) for path, x in flat
+            if np.issubdtype(np.asarray(x).dtype, np.inexact)
+            and not np.all(np.isfinite(np.asarray(x)))]
+
+
+def check_finite(it: int, metrics: dict, params) -> None:
+    """Raises TrainingDiverged if iteration ``it`` produced a non-finite loss or rollout
+    metric or parameter; pops ``PARAMS_FINITE`` from ``metrics``.
+
+    Args:
+      it: the iteration just run (1-based).
+      metrics: its fetched metrics (host floats).
+      params: the parameters after it (only read when the flag says non-finite).
+    """
+    params_ok = metrics.pop(PARAMS_FINITE, 1.0) == 1.0
+    bad = [k for k in sorted(metrics) if k.startswith(GUARDED) and not math.isfinite(metrics[k])]
+    if params_ok and not bad:
+        return
+    what = [f"{', '.join(bad)} = {', '.join(str(metrics[k]) for k in bad)}"] if bad else []
+    if not params_ok:
+        names = _non_finite_params(params)
+        shown = ", ".join(names[:5]) + (f" (and {len(names) - 5} more)" if len(names) > 5
+                                         else "")
+        what.append(f"non-finite parameters or optimiser values: {shown or 'optimiser state'}")
+    raise TrainingDiverged(
+        f"training diverged at iteration {it}: {'; '.join(what)}. Nothing of iteration {it} "
+        "was saved; the checkpoints before it are intact. Check the training scenes for NaN "
+        "values, or lower train.learning_rate")
 
 
 def _wandb_writer(config: RunConfig, run_dir: Path, resume_id: str | None):
@@ -174,12 +252,48 @@ def _wandb_writer(config: RunConfig, run_dir: Path, resume_id: str | None):
                        entity=config.logging.wandb_entity, resume_id=resume_id)
 
 
-def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False) -> dict:
+def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False,
+          force_unlock: bool = False) -> dict:
     """Train (or continue training) in ``run_dir``. Returns the last logged metrics.
 
-    ``run_dir`` must exist; a fresh run saves ``config.yaml`` there first.
+    ``run_dir`` must exist; a fresh run saves ``config.yaml`` there first. The run holds
+    ``run_dir/run.lock`` throughout (``RunLockedError`` if another process holds it;
+    ``force_unlock`` takes it over). A resumed run whose ``config`` differs from the saved
+    ``config.yaml`` (``--set``) rewrites it, keeping the previous one as
+    ``config.prev.yaml``.
+
+    Raises:
+      TrainingDiverged: a loss or parameter became non-finite (nothing of it saved).
+      OutputError: a checkpoint or metrics write failed (e.g. disk full).
+      CheckpointError: resuming, and no intact checkpoint is left.
     """
-    return _Run(config, Path(run_dir), resume, quiet).loop()
+    run_dir = Path(run_dir)
+    with RunLock(run_dir, force=force_unlock) as lock:
+        if lock.note and not quiet:
+            print(f"note: {lock.note}", flush=True)
+        return _Run(config, run_dir, resume, quiet).loop()
+
+
+def remove_unused_run_dir(run_dir: Path) -> bool:
+    """Removes ``run_dir`` if a failed start left nothing in it but what ``train`` writes
+    first (config, lock, an empty metrics file, checkpoints without a step); returns
+    whether it did. Anything else in it (a checkpoint, a metrics line, videos, a file of
+    the user's) keeps it."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return False
+    allowed = {"config.yaml", LOCK_FILE, "metrics.jsonl", "checkpoints"}
+    if any(p.name not in allowed for p in run_dir.iterdir()):
+        return False
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and metrics.stat().st_size > 0:
+        return False
+    ckpt = run_dir / "checkpoints"
+    if ckpt.exists() and any(p.name.isdigit() for w in ("last", "best") if (ckpt / w).is_dir()
+                             for p in (ckpt / w).iterdir()):
+        return False
+    shutil.rmtree(run_dir)
+    return True
 
 
 class _Run:
@@ -188,15 +302,18 @@ class _Run:
     def __init__(self, config: RunConfig, run_dir: Path, resume: bool, quiet: bool):
         self.config, self.run_dir, self.resume, self.quiet = config, run_dir, resume, quiet
         self.log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+        # Inputs first: a missing co-player or a damaged checkpoint fails in seconds.
+        self.co_players = [(p.policy, p.params) for p in map(load_policy, config.train.co_players)]
         if not resume:
             save_config(config, run_dir / "config.yaml")
         self.t0 = time.perf_counter()
         self.ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
                                  best_metric=BEST_METRIC)
-        self._build()
+        resume_meta = self._prepare_resume() if resume else None
+        self._build(resume_meta)
         self.start_it, wandb_id = 0, None
         if resume:
-            state, meta = self.ckpt.restore(self.state)
+            state, meta = self.ckpt.restore(self.state, step=self.ckpt.latest_step())
             self.state = jax.tree.map(_uncommitted, state)
             self.start_it, wandb_id = int(meta["iteration"]), meta.get("wandb_id")
             self.log(f"resumed from iteration {self.start_it} "
@@ -206,7 +323,7 @@ class _Run:
         if self.scenes is not None and self.scenes.restart_due(self.start_it):
             self.state = self.scenes.restart(self.ppo, self.state)
         self._announce()
-        self.step_fn = jax.jit(self.ppo.train_step, donate_argnums=0)
+        self.step_fn = jax.jit(_guarded(self.ppo.train_step), donate_argnums=0)
         self.wandb = _wandb_writer(config, run_dir, wandb_id)
         self.console = None if quiet else ConsoleProgress(
             self.n_it * self.per_it, self.start_it * self.per_it, keys=CONSOLE_KEYS)
@@ -215,24 +332,45 @@ class _Run:
                                self.console, self.wandb)
         self.saved_it = self.start_it if resume else -1
         self._build_extras()
+        if resume:
+            self._record_config()
 
-    def _build(self) -> None:
+    def _prepare_resume(self) -> dict:
+        """The metadata of the newest intact checkpoint (CheckpointError listing each
+        checkpoint and why if none is; nothing is changed then). Then cleans the
+        checkpoints directory: stale temporary directories removed, damaged steps moved
+        to ``checkpoints/damaged/``, an interrupted best re-copied; each printed as a
+        note."""
+        meta = self.ckpt.restore_metadata()
+        for note in self.ckpt.recover():
+            self.log(f"note: {note}")
+        return meta
+
+    def _record_config(self) -> None:
+        """Writes the resumed run's config to config.yaml (atomically) when ``--set``
+        changed it; the previous file is kept as config.prev.yaml."""
+        path = self.run_dir / "config.yaml"
+        if read_run_config(self.run_dir) == self.config:
+            return
+        prev = self.run_dir / "config.prev.yaml"
+        atomic_write_text(prev, path.read_text(encoding="utf-8"))
+        save_config(self.config, path)
+        self.log(f"note: {path} now holds the new settings (--set); the previous config is "
+                 f"{prev}")
+
+    def _build(self, resume_meta: dict | None) -> None:
         """Env, scene source, validator, co-players, policy, PPO and its initial state."""
         config, t = self.config, self.config.train
         self.scenes = None
         if config.data.path:
             self.env = Env(config.env)
-            done = (int(self.ckpt.restore_raw(which="last")[1]["iteration"]) if self.resume
-                    else 0)
+            done = int(resume_meta["iteration"]) if resume_meta is not None else 0
             self.scenes = SceneStream(config, self.env, done)
             self.env_params = self.scenes.params
         else:
             self.env, self.env_params = build_env(config, t.seed, t.num_scenes)
         self.validator = make_validator(config) if config.validation.every else None
-        co_players = []
-        for path in t.co_players:
-            loaded = load_policy(path)
-            co_players.append((loaded.policy, loaded.params))
+        co_players = self.co_players
         if self.env.config.co_player_fraction > 0 and not co_players:
             self.log("note: env.co_player_fraction > 0 and no train.co_players: co-players "
                      "act with the learner's current parameters (never trained on).")
@@ -327,7 +465,10 @@ class _Run:
         return val_due or video_due or eval_due
 
     def loop(self) -> dict:
-        """Iterate until ``num_iterations`` or Ctrl-C; log, evaluate and checkpoint."""
+        """Iterate until ``num_iterations``, Ctrl-C or SIGTERM; log, evaluate and checkpoint.
+
+        Raises TrainingDiverged before logging or saving an iteration with a non-finite
+        loss or parameter."""
         config, per_it = self.config, self.per_it
         last: dict = {}
         it = self.start_it
@@ -345,6 +486,7 @@ class _Run:
                     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
                     dt = time.perf_counter() - tic
                     it += 1
+                    check_finite(it, metrics, self.state.params)
                     if compile_s is None:
                         compile_s = dt
                         metrics["time/compile_s"] = dt
@@ -373,12 +515,26 @@ class _Run:
                     self.console.message(
                         f"stopped at iteration {it}; checkpoint saved in "
                         f"{self.run_dir / 'checkpoints'}; continue with --resume {self.run_dir}")
-        finally:
-            self.writers.close()
-            self.ckpt.close()
-            if self.scenes is not None:
-                self.scenes.close()
+        except BaseException:
+            self._close(raise_errors=False)  # the error in flight is the one to report
+            raise
+        self._close(raise_errors=True)
         return last
+
+    def _close(self, raise_errors: bool) -> None:
+        """Closes the writers, the checkpointer and the scene stream, each even if another
+        fails; re-raises the first failure if ``raise_errors``."""
+        closers = [self.writers.close, self.ckpt.close]
+        if self.scenes is not None:
+            closers.append(self.scenes.close)
+        first = None
+        for close in closers:
+            try:
+                close()
+            except Exception as e:
+                first = first or e
+        if first is not None and raise_errors:
+            raise first
 
     def _write(self, it: int, metrics: dict) -> None:
         metrics["iteration"] = it

@@ -1,0 +1,244 @@
+"""Training runs that survive what clusters and disks do to them (issue 15), end to end on
+the tiny config of test_train_run (same program, so the step compiles once per test run):
+SIGTERM saves and exits, a damaged newest checkpoint is skipped and the resumed run equals
+the uninterrupted one, a non-finite loss stops the run without saving, a full disk is one
+clear error and the run resumes after, the run lock, ``--resume --set`` recorded, failed
+starts leave no run directory, out of memory names the key to lower."""
+
+import builtins
+import json
+import logging
+import os
+import shutil
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+from test_train_run import STEPS_PER_IT, TINY, _lines, _without_timing
+
+from jaxdrive.files import OutputError
+from jaxdrive.runs import integrity
+from jaxdrive.runs.checkpoint import Checkpointer
+from jaxdrive.runs.config import RunConfig
+from jaxdrive.runs.load import load_policy
+from jaxdrive.runs.lock import RunLock
+from jaxdrive.telemetry.writers import JsonlWriter
+from jaxdrive.train import cli, run
+
+
+def _data(tmp_path, **sections) -> dict:
+    data = json.loads(json.dumps(TINY))
+    data["validation"]["every"] = 0  # no validator to compile; best/ is tested elsewhere
+    data["checkpoint"]["keep_last"] = 3
+    data["logging"]["output_dir"] = str(tmp_path)
+    for section, values in sections.items():
+        data[section].update(values)
+    return data
+
+
+def _leaves_equal(a, b) -> None:
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _raw(run_dir, step):
+    return Checkpointer(run_dir / "checkpoints").restore_raw(step=step)[0]
+
+
+def _assert_same_run(run_dir, reference) -> None:
+    """Same metrics lines (timing aside) and bit-identical last checkpoint."""
+    assert (_without_timing(_lines(run_dir / "metrics.jsonl"))
+            == _without_timing(_lines(reference / "metrics.jsonl")))
+    _leaves_equal(_raw(run_dir, 3), _raw(reference, 3))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted 3-iteration run (checkpoints 1, 2, 3)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    config = RunConfig.from_dict(_data(tmp))
+    run_dir = run.new_run_dir(config, "tiny")
+    run.train(config, run_dir, quiet=True)
+    return run_dir
+
+
+def _resumable_at_1(reference, tmp_path):
+    """A copy of the reference run as if it had stopped after iteration 1."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    for step in (2, 3):
+        shutil.rmtree(run_dir / "checkpoints" / "last" / str(step))
+    return run_dir
+
+
+def test_sigterm_saves_and_resume_skips_a_damaged_checkpoint_with_identical_results(
+        tmp_path, monkeypatch, capsys, reference):
+    config = RunConfig.from_dict(_data(tmp_path, checkpoint={"keep_last": 2}))
+    run_dir = run.new_run_dir(config, "tiny")
+    original = run.JsonlWriter.write
+
+    def write_then_sigterm(self, step, metrics):
+        original(self, step, metrics)
+        if step == 2 * STEPS_PER_IT:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a cluster does before killing a job
+
+    def default_action(signum, frame):  # what an unhandled SIGTERM would do: end the run
+        raise SystemExit("SIGTERM not handled: the run died without saving")
+
+    monkeypatch.setattr(run.JsonlWriter, "write", write_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, default_action)
+    try:
+        run.train(config, run_dir, quiet=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        monkeypatch.undo()
+    assert Checkpointer(run_dir / "checkpoints").all_steps() == [1, 2]
+    _leaves_equal(_raw(run_dir, 2), _raw(reference, 2))  # the SIGTERM save is exact
+
+    # One flipped bit in the largest array file of the newest checkpoint.
+    last2 = run_dir / "checkpoints" / "last" / "2"
+    target = max((p for p in (last2 / "state").rglob("*") if p.is_file()),
+                 key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    assert cli.main(["--resume", str(run_dir), "--set", "checkpoint.keep_last=3"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {last2} cannot be used ({target.relative_to(last2).as_posix()} does not " \
+           "match its checksum" in out
+    assert "resumed from iteration 1" in out
+    _assert_same_run(run_dir, reference)  # == resuming from checkpoint 1 directly
+    assert [p.name.split("-")[:2] for p in (run_dir / "checkpoints" / "damaged").iterdir()] \
+        == [["last", "2"]]
+    # --resume --set is recorded in config.yaml; the previous config is kept.
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["checkpoint"]["keep_last"] == 3
+    assert yaml.safe_load((run_dir / "config.prev.yaml").read_text())["checkpoint"][
+        "keep_last"] == 2
+    assert f"{run_dir / 'config.prev.yaml'}" in out
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_iteration_and_saves_nothing(
+        tmp_path, monkeypatch, capsys, reference):
+    run_dir = _resumable_at_1(reference, tmp_path)
+    record = (run_dir / "checkpoints" / "last" / "1" / integrity.RECORD).read_bytes()
+    build_env = run.build_env
+
+    def nan_scenes(config, seed, num_scenes):  # NaN scene data, as a bad dataset gives
+        env, params = build_env(config, seed, num_scenes)
+        return env, jax.tree.map(
+            lambda x: jnp.full_like(x, jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating)
+            else x, params)
+
+    monkeypatch.setattr(run, "build_env", nan_scenes)
+    assert cli.main(["--resume", str(run_dir)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: training diverged at iteration 2: loss/"), err
+    assert "Nothing of iteration 2 was saved" in err and "Traceback" not in err
+    ckpt = Checkpointer(run_dir / "checkpoints")
+    assert ckpt.all_steps() == [1] and ckpt.problems(1) == []
+    assert (run_dir / "checkpoints" / "last" / "1" / integrity.RECORD).read_bytes() == record
+    assert np.all(np.isfinite(jax.tree.leaves(ckpt.restore_raw()[0]["params"])[0]))
+
+
+def test_a_full_disk_is_one_clear_error_and_the_run_resumes_after_space_is_freed(
+        tmp_path, monkeypatch, capsys, reference):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    run_dir = _resumable_at_1(reference, tmp_path)
+    real_open = builtins.open
+    step2 = str(run_dir / "checkpoints" / "last" / "2")
+
+    def open_on_full_disk(file, mode="r", *args, **kwargs):
+        # The OS boundary: the files of checkpoint 2 land on a device that is full.
+        if (isinstance(file, str | os.PathLike) and str(file).startswith(step2)
+                and any(c in mode for c in "wax")):
+            return real_open("/dev/full", mode, *args, **kwargs)
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", open_on_full_disk)
+    assert cli.main(["--resume", str(run_dir)]) == 1
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("train ")]
+    assert len(lines) == 1 and "Traceback" not in err, err  # one line, no asyncio dumps
+    assert lines[0].startswith(f"error: could not save the checkpoint {step2}: No space left "
+                               "on device"), err
+    assert lines[0].endswith(f"free disk space; then continue with --resume {run_dir}")
+    assert Checkpointer(run_dir / "checkpoints").all_steps() == [1]
+    assert cli.main(["--resume", str(run_dir)]) == 0  # space freed
+    _assert_same_run(run_dir, reference)
+
+
+def test_a_second_process_cannot_resume_into_a_running_run_directory(reference, capsys):
+    steps = Checkpointer(reference / "checkpoints").all_steps()
+    with RunLock(reference):  # the running trainer's lock
+        assert cli.main(["--resume", str(reference)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: run directory {reference} is in use by pid {os.getpid()}")
+    assert "--force-unlock" in err
+    assert Checkpointer(reference / "checkpoints").all_steps() == steps
+
+
+def test_a_failed_start_leaves_no_run_directory(tmp_path, capsys):
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(yaml.safe_dump(_data(
+        tmp_path / "runs", train={"co_players": [str(tmp_path / "nowhere")]})))
+    assert cli.main(["--config", str(config_file)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: run directory {tmp_path / 'nowhere'} does not exist" in err, err
+    assert "note: removed" in err and list((tmp_path / "runs").iterdir()) == []
+
+
+def test_out_of_memory_names_the_key_to_lower(tmp_path):
+    try:
+        jnp.zeros((1 << 50,), jnp.uint8).block_until_ready()  # a real RESOURCE_EXHAUSTED
+    except jax.errors.JaxRuntimeError as e:
+        error = e
+    config = RunConfig.from_dict(_data(tmp_path, train={"num_envs": 64}))
+    message = cli.out_of_memory_message(error, config)
+    assert message.startswith("out of memory (RESOURCE_EXHAUSTED: Out of memory allocating")
+    assert "train.num_envs=64 does not fit" in message
+    assert "--set train.num_envs=16" in message
+
+
+def test_a_full_disk_under_the_metrics_file_is_one_clear_error(tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    path = tmp_path / "metrics.jsonl"
+    path.symlink_to("/dev/full")
+    writer = JsonlWriter(path)
+    with pytest.raises(OutputError, match=f"cannot write the metrics file {path}: No space "
+                                          "left on device; free disk space"):
+        writer.write(1, {"loss": 0.5})
+
+
+def test_load_policy_skips_a_damaged_newest_checkpoint(reference, tmp_path, caplog):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    last3 = run_dir / "checkpoints" / "last" / "3"
+    (last3 / "metadata" / "metadata").write_text("{}")  # damaged metadata
+    with caplog.at_level(logging.WARNING):
+        loaded = load_policy(run_dir)  # no best/ in this run: the newest intact of last/
+    assert loaded.step == 2 * STEPS_PER_IT
+    assert f"skipped checkpoint {last3}: metadata/metadata has 2 bytes" in caplog.text
+    _leaves_equal(loaded.params, _raw(reference, 2)["params"])
+
+
+def test_resume_without_an_intact_checkpoint_lists_each_and_changes_nothing(
+        reference, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    last = run_dir / "checkpoints" / "last"
+    for step in (1, 2, 3):  # as if every save had been killed before its record
+        (last / str(step) / integrity.RECORD).unlink()
+    assert cli.main(["--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: no intact checkpoint under {last}: {last / '3'}: it has no "
+                          "checksum record"), err
+    assert all(f"{last / str(s)}: it has no checksum record" in err for s in (1, 2, 3))
+    assert "Traceback" not in err
+    assert sorted(p.name for p in last.iterdir()) == ["1", "2", "3"]  # nothing moved
+    assert not (run_dir / "checkpoints" / "damaged").exists()
