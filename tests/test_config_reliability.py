@@ -27,6 +27,7 @@ from jaxdrive.config import (
 from jaxdrive.eval.evaluators import EVALUATORS
 from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.runs.config import RunConfig, load_run_config
+from jaxdrive.runs.load import read_run_config
 
 
 def _run(*pairs: str) -> RunConfig:
@@ -357,3 +358,11 @@ def test_behavior_class_names_must_be_safe_names(cls_name):
                             "classes": ["ok", cls_name]}}}
     with pytest.raises(ConfigError, match="classes"):
         load_suite_specs(data)
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "env: {a: 1\n", "\xff\xfe", ""])
+def test_a_damaged_run_config_is_an_error_naming_the_file(tmp_path, text):
+    # A run directory's config.yaml read back (eval/render --checkpoint, --resume).
+    (tmp_path / "config.yaml").write_bytes(text.encode("latin-1"))
+    with pytest.raises(ConfigError, match="config.yaml"):
+        read_run_config(tmp_path)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from jaxdrive.config import merge
+from jaxdrive.config import merge, read_yaml_file
 from jaxdrive.env import Env
 from jaxdrive.files import atomic_write_text
 from jaxdrive.models.policy import Policy
@@ -35,8 +35,7 @@ def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunCo
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: '{run_dir}' is not a jaxdrive run "
                                 "directory (it should hold config.yaml and checkpoints/).")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    data = read_yaml_file(str(path))  # ConfigError naming the file if damaged
     dynamics = (data.get("env") or {}).get("dynamics")
     if isinstance(dynamics, dict):  # runs saved before the per-model dynamics sections
         data["env"]["dynamics"] = migrate_flat_layout(dynamics)
