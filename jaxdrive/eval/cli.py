@@ -125,8 +125,9 @@ def _report(result: SuiteResult, path: Path) -> int:
         return 1
     for r in result.results:
         if r.status == "ok" and r.shard is not None:
-            print(f"{r.name}: {len(r.episodes)} episodes in batches "
-                  f"{r.shard['indices']} of {r.shard['num_batches']}")
+            print(f"{r.name}: shard of {len(r.episodes)} episodes, "
+                  f"{len(r.shard['indices'])} of {r.shard['num_batches']} batches "
+                  f"({r.eval_seconds:.1f} s)")
         elif r.status == "ok":
             shown = ", ".join(f"{k} {v:.3f}" for k, v in list(r.metrics.items())[:4])
             print(f"{r.name}: {shown} ({r.eval_seconds:.1f} s)")

@@ -19,7 +19,8 @@ The loop lives here; subclasses override narrow hooks only. A type names its con
 
 Every scenario is played exactly once: the ids are cut into batches of
 ``batch_size`` (rounded up to a multiple of the local device count), the last batch
-padded with masked rows. Each batch is one call of a function compiled once per
+padded with masked rows (``run(shard=...)`` plays only a shard's batches, see
+``jaxdrive.eval.shards``). Each batch is one call of a function compiled once per
 evaluator and reused across calls (new parameters do not recompile).
 """
 

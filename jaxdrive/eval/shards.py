@@ -129,13 +129,23 @@ def _load(path: str | os.PathLike) -> dict:
     return doc
 
 
+def _diff(a: Any, b: Any, at: str = "") -> list[str]:
+    """Dotted paths where ``a`` and ``b`` differ, with both values (mappings descended)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in dict.fromkeys([*a, *b])
+                for d in _diff(a.get(k), b.get(k), f"{at}.{k}" if at else str(k))]
+    return [] if a == b else [f"{at or 'value'}: {a!r} vs {b!r}"]
+
+
 def _check_same(docs: list[tuple[str, dict]], what: str, get) -> None:
     first_path, first = docs[0]
     for path, doc in docs[1:]:
         if get(doc) != get(first):
-            raise ShardError(f"shards differ in {what}: {path} has {get(doc)!r}, "
-                             f"{first_path} has {get(first)!r}; merge only shards of one "
-                             "evaluation.")
+            diffs = _diff(get(doc), get(first))
+            shown = "; ".join(diffs[:5]) + (f"; ... ({len(diffs)} in all)"
+                                           if len(diffs) > 5 else "")
+            raise ShardError(f"shards differ in {what}: {path} vs {first_path}: {shown}; "
+                             "merge only the shards of one evaluation.")
 
 
 def _check_ids(docs: list[tuple[str, dict]]) -> None:
