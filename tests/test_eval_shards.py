@@ -17,7 +17,8 @@ from jaxdrive.eval.suite import load_suite_specs
 
 NUM_SHARDS = 3  # the tiny suite has 3 batches (5 scenarios, batch 2): one each
 
-SECTIONS = suite(
+FAST = suite(val={"type": "multi_scenario", "inherits": "_tiny"})
+EVERY_TYPE = suite(
     val={"type": "multi_scenario", "inherits": "_tiny"},
     replay={"type": "human_replay", "inherits": "_tiny"},
     ada={"type": "adaptation", "inherits": "_tiny", "env.goal_behavior": "trial",
@@ -27,15 +28,19 @@ SECTIONS = suite(
 TIMING = ("eval_seconds", "compile_seconds")
 
 
-@pytest.fixture(scope="module")
-def runs():
+def _run(sections):
     """(serial results document, [shard documents]), every evaluator compiled once."""
     env_config, procedural, policy, params = build()
-    evaluators = make_evaluators(load_suite_specs(SECTIONS, env_config, procedural).values())
+    evaluators = make_evaluators(load_suite_specs(sections, env_config, procedural).values())
     serial = run_evaluators(evaluators, policy, params, progress=False, checkpoint="RUN")
     shards = [run_evaluators(evaluators, policy, params, progress=False, checkpoint="RUN",
                              shard=Shard(i, NUM_SHARDS)) for i in range(NUM_SHARDS)]
     return (json.loads(serial.to_json()), [json.loads(s.to_json()) for s in shards])
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return _run(FAST)
 
 
 def _docs(shards):
@@ -47,8 +52,7 @@ def _comparable(doc):
             for name, r in doc["evaluators"].items()}
 
 
-def test_three_shards_merge_to_the_serial_run(runs):
-    serial, shards = runs
+def _check_merge(serial, shards):
     assert serial["status"] == "ok", serial["evaluators"]
     assert "shard" not in serial and all("shard" not in r for r in serial["evaluators"].values())
     # Disjoint episodes whose union is the serial run's, each recorded as in the serial run.
@@ -64,7 +68,18 @@ def test_three_shards_merge_to_the_serial_run(runs):
     assert merged["step"] == serial["step"] and merged["checkpoint"] == "RUN"
     assert "shard" not in merged
     assert _comparable(merged) == _comparable(serial)
-    # Medians-free but non-additive metrics (confidence intervals, planning means) too.
+
+
+def test_three_shards_merge_to_the_serial_run(runs):
+    _check_merge(*runs)
+
+
+@pytest.mark.slow  # 5 compiles: about 60 s of CPU
+def test_every_type_merges_to_the_serial_run():
+    serial, shards = _run(EVERY_TYPE)
+    _check_merge(serial, shards)
+    merged = json.loads(merge_results(_docs(shards)).to_json())
+    # Non-additive metrics (confidence intervals, planning means) too.
     assert merged["evaluators"]["ada"]["metrics"]["ada_delta_trial_1_minus_0_ci_high"] == \
         serial["evaluators"]["ada"]["metrics"]["ada_delta_trial_1_minus_0_ci_high"]
     assert merged["evaluators"]["plan"]["metrics"]["score"] == \
