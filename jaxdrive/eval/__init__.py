@@ -7,6 +7,8 @@
   (``register_evaluator``) and the five built-in ones with their configs.
 - ``planning``: the nuPlan-style closed-loop score.
 - ``runner``: suites of evaluators, the results file; ``manager``: evaluation in training.
+- ``shards``: one shard of an evaluation (``--shard-id/--num-shards``) and the merge of
+  the shards' files into the serial run's results (``python -m jaxdrive.eval merge``).
 - ``run(params, suite)`` (``api``) for notebooks; ``python -m jaxdrive.eval`` (``cli``).
 """
 

@@ -3,6 +3,8 @@
     python -m jaxdrive.eval --config configs/eval/default.yaml --checkpoint RUN_DIR
                             [--suite NAME] [--out FILE] [--which best|last]
     python -m jaxdrive.eval --config eval/default --checkpoint RUN_DIR ...
+    python -m jaxdrive.eval ... --shard-id I --num-shards N     (one shard of the run)
+    python -m jaxdrive.eval merge SHARD_FILES... --out FILE     (the serial run's results)
 
 ``--config``: a file with ``eval:`` sections (and ``suites:``), or a preset name
 (``eval/default``: the package's copy of configs/eval/default.yaml); ``--suite``: a suite or
@@ -14,6 +16,13 @@ evaluator succeeded, 1 when some failed (their records hold the errors) or when 
 results could not be written to their path (then they are saved next to it or in the
 system temp directory, and the message says where), 2 on bad input or an unwritable
 output path.
+
+Sharded evaluation (``jaxdrive.eval.shards``): ``--shard-id I --num-shards N`` plays only
+the batches ``I, I + N, ...`` of every evaluator and writes a shard results file
+(default ``results-shard-I-of-N.json`` in the output directory); ``merge`` checks that the
+files are the N shards of one evaluation (same config, parameters, step) and writes the
+results file the serial run writes. ``merge`` exits 2 when the files do not merge (the
+message names them).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from jaxdrive.eval.runner import (
     run_evaluators,
     timestamped_dir,
 )
+from jaxdrive.eval.shards import Shard, ShardError, merge_files
 from jaxdrive.eval.suite import select_suite
 from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
 from jaxdrive.runs.load import load_policy
@@ -53,7 +63,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--which", default="best", choices=("best", "last"))
     p.add_argument("--output-root", default="eval_runs")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--shard-id", type=int, default=None, metavar="I",
+                   help="evaluate only shard I (0 <= I < N) of --num-shards N")
+    p.add_argument("--num-shards", type=int, default=None, metavar="N",
+                   help="number of shards the evaluation is split into")
     return p
+
+
+def _merge_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jaxdrive.eval merge",
+                                description="Merge shard results files (--shard-id / "
+                                            "--num-shards) into the serial run's results.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="shard results files")
+    p.add_argument("--out", required=True, metavar="FILE", help="merged results JSON path")
+    return p
+
+
+def _shard(args) -> Shard | None:
+    """The ``Shard`` the flags select, or None. Raises ShardError."""
+    if args.shard_id is None and args.num_shards is None:
+        return None
+    if args.shard_id is None or args.num_shards is None:
+        raise ShardError("--shard-id and --num-shards go together; give both.")
+    return Shard(args.shard_id, args.num_shards)
 
 
 def _checked(flag: str, path, check) -> Path:
@@ -64,7 +96,7 @@ def _checked(flag: str, path, check) -> Path:
         raise OutputError(f"{flag} {path}: {e}") from None
 
 
-def _outputs(args, evaluators) -> tuple[Path, Path | None]:
+def _outputs(args, evaluators, shard: Shard | None = None) -> tuple[Path, Path | None]:
     """(results file, output directory or None), checked before any evaluator runs.
 
     The timestamped directory is made only when something goes there: the results
@@ -78,7 +110,9 @@ def _outputs(args, evaluators) -> tuple[Path, Path | None]:
     check_output_names(evaluators, root / "eval")
     _checked("--output-root", root, check_writable)
     out_dir = timestamped_dir(root)
-    return out_file or out_dir / "results.json", out_dir
+    name = ("results.json" if shard is None
+            else f"results-shard-{shard.id}-of-{shard.num}.json")
+    return out_file or out_dir / name, out_dir
 
 
 def _report(result: SuiteResult, path: Path) -> int:
@@ -90,7 +124,11 @@ def _report(result: SuiteResult, path: Path) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for r in result.results:
-        if r.status == "ok":
+        if r.status == "ok" and r.shard is not None:
+            print(f"{r.name}: shard of {len(r.episodes)} episodes, "
+                  f"{len(r.shard['indices'])} of {r.shard['num_batches']} batches "
+                  f"({r.eval_seconds:.1f} s)")
+        elif r.status == "ok":
             shown = ", ".join(f"{k} {v:.3f}" for k, v in list(r.metrics.items())[:4])
             print(f"{r.name}: {shown} ({r.eval_seconds:.1f} s)")
         else:
@@ -104,20 +142,42 @@ def _report(result: SuiteResult, path: Path) -> int:
     return 0 if result.status == "ok" else 1
 
 
+def merge_main(argv: list[str]) -> int:
+    """``python -m jaxdrive.eval merge FILES... --out FILE``; returns the exit code: 0, 1
+    when a merged evaluator failed in a shard or the file went to a fallback, 2 when the
+    files do not merge or ``--out`` cannot be written."""
+    args = _merge_parser().parse_args(argv)
+    try:
+        path = _checked("--out", args.out, check_writable_file)
+        result = merge_files(args.files)
+    except (ShardError, OutputError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return _report(result, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m jaxdrive.eval``; returns the exit code (see the module
     doc)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["merge"]:
+        return merge_main(argv[1:])
     args = _parser().parse_args(argv)
+    try:
+        shard = _shard(args)
+    except ShardError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         loaded = load_policy(args.checkpoint, which=args.which)
         data = load_yaml(resolve_config_path(args.config))
         specs = select_suite(data, args.suite, loaded.config.env, loaded.config.procedural)
         evaluators = make_evaluators(specs)
-        path, out_dir = _outputs(args, evaluators)
+        path, out_dir = _outputs(args, evaluators, shard)
     except INPUT_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     result = run_evaluators(evaluators, loaded.policy, loaded.params, out_dir=out_dir,
                             step=loaded.step, progress=not args.no_progress,
-                            checkpoint=str(loaded.run_dir))
+                            checkpoint=str(loaded.run_dir), shard=shard)
     return _report(result, path)

@@ -19,7 +19,8 @@ The loop lives here; subclasses override narrow hooks only. A type names its con
 
 Every scenario is played exactly once: the ids are cut into batches of
 ``batch_size`` (rounded up to a multiple of the local device count), the last batch
-padded with masked rows. Each batch is one call of a function compiled once per
+padded with masked rows (``run(shard=...)`` plays only a shard's batches, see
+``jaxdrive.eval.shards``). Each batch is one call of a function compiled once per
 evaluator and reused across calls (new parameters do not recompile).
 """
 
@@ -40,6 +41,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.env import Env, EnvConfig, episode_steps
 from jaxdrive.eval.rollout import OUTCOMES, make_episode_rollout, outcome
+from jaxdrive.eval.shards import Shard
 from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec
 from jaxdrive.files import UnsafeNameError, confined, safe_name
 from jaxdrive.metrics.episode import rates as episode_rates
@@ -67,6 +69,9 @@ class EvalResult:
       eval_seconds: wall time of the evaluation (compile included on the first call);
       compile_seconds: time spent compiling in this call.
       config: the resolved evaluator section.
+      shard: in a shard's result only (``Evaluator.run(shard=...)``): the scenario ids,
+        batch size, batch count, the shard's batch indices and each batch's rows
+        (``jaxdrive.eval.shards``); None otherwise.
     """
 
     name: str
@@ -80,10 +85,12 @@ class EvalResult:
     compile_seconds: float = 0.0
     error: str | None = None
     config: dict = field(default_factory=dict)
+    shard: dict | None = None
 
     def to_dict(self) -> dict:
-        """Every field by name, as a dict."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """Every field by name, as a dict (``shard`` only in a shard's result)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__
+                if k != "shard" or self.shard is not None}
 
     def records(self) -> list[dict]:
         """The per-episode records with the evaluator's name (for a DataFrame)."""
@@ -292,75 +299,128 @@ class Evaluator:
 
     def run(self, policy, params, out_dir: str | Path | None = None, step: int = 0,
             progress: Callable[[int, int], None] | None = None,
-            pools: PoolCache | None = None) -> EvalResult:
+            pools: PoolCache | None = None, shard: Shard | None = None) -> EvalResult:
         """Evaluate ``params`` of ``policy``; never raises (a failure is a ``failed``
         result with the error). Videos go to ``out_dir/NAME/render/VIEW/`` when the
         spec's render section is enabled and ``out_dir`` is given. ``pools`` shares
-        scenario pools with the other evaluators of a suite."""
+        scenario pools with the other evaluators of a suite. ``shard``: play only that
+        shard's batches (``Shard.batches``); the result then holds no metrics but the
+        batches' rows for ``jaxdrive.eval.shards.merge_results`` (videos: shard 0 only)."""
         result = EvalResult(name=self.name, type=self.type_name,
                             config=dict(self.spec.resolved))
         t0 = time.perf_counter()
         try:
             if self.spec.render.enabled and out_dir is not None:
                 self.output_dir(out_dir)  # an unsafe name fails before the rollouts
-            self._evaluate(policy, params, result, out_dir, step, progress, pools)
+            self._evaluate(policy, params, result, out_dir, step, progress, pools, shard)
         except Exception as e:  # a failing evaluator must not stop the others
             result.status = "failed"
             result.error = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
         result.eval_seconds = time.perf_counter() - t0
         return result
 
-    def _evaluate(self, policy, params, result: EvalResult, out_dir, step, progress, pools):
+    def _evaluate(self, policy, params, result: EvalResult, out_dir, step, progress, pools,
+                  shard: Shard | None = None):
         s = self._build(policy, pools)
-        ids, batch = s["ids"], s["batch"]
-        num_batches = -(-len(ids) // batch)
+        total = self.num_batches() * self.num_rollouts()
+        indices = range(total) if shard is None else shard.batches(total)
         fetched: dict[str, list] = {name: [] for name in s["runs"]}
-        extras: dict[str, list] = {name: [] for name in s["runs"]}
         key = jax.random.key(self.spec.seed)
         done = 0
-        rollouts = self.num_rollouts()
-        for name, fn in s["runs"].items():
-            for i in range(num_batches * rollouts):
-                chunk = ids[(i % num_batches) * batch:(i % num_batches + 1) * batch]
-                valid = np.zeros((batch,), bool)
-                valid[:len(chunk)] = True
-                padded = np.zeros((batch,), np.int32)
-                padded[:len(chunk)] = chunk
-                args = (params, s["env_params"], jax.device_put(padded, s["rows"]),
-                        jax.device_put(valid, s["rows"]), jax.random.fold_in(key, i))
-                if name not in s["compiled"]:
-                    tc = time.perf_counter()
-                    s["compiled"][name] = fn.lower(*args).compile()
-                    result.compile_seconds += time.perf_counter() - tc
-                record, extra = jax.device_get(s["compiled"][name](*args))
-                fetched[name].append(record)
-                extras[name].append(extra)
+        for name in s["runs"]:
+            for i in indices:
+                fetched[name].append(self._run_batch(name, params, i, key, result))
                 done += 1
                 if progress is not None:
-                    progress(done, num_batches * rollouts * len(s["runs"]))
-        rows = {}
-        for name, records in fetched.items():
-            cat = {f: np.concatenate([r.rows()[f] for r in records])
-                   for f in records[0].rows()}
+                    progress(done, len(indices) * len(s["runs"]))
+        if shard is None:
+            self.finish(result, fetched)
+        else:
+            self._finish_shard(result, fetched, indices)
+        if (self.spec.render.enabled and out_dir is not None
+                and (shard is None or shard.id == 0)):
+            result.videos = self._render(policy, params, out_dir, step)
+
+    def num_batches(self) -> int:
+        """Batches one rollout of the scenario set takes (after ``_build``)."""
+        return -(-len(self._setup["ids"]) // self._setup["batch"])
+
+    def _run_batch(self, name: str, params, i: int, key, result: EvalResult):
+        """Batch ``i`` (over rollouts: rollout ``i // num_batches``) of actor ``name``:
+        (its rows, padding included, as NumPy; its step-hook reduction or None)."""
+        s = self._setup
+        ids, batch = s["ids"], s["batch"]
+        b = i % self.num_batches()
+        chunk = ids[b * batch:(b + 1) * batch]
+        valid = np.zeros((batch,), bool)
+        valid[:len(chunk)] = True
+        padded = np.zeros((batch,), np.int32)
+        padded[:len(chunk)] = chunk
+        args = (params, s["env_params"], jax.device_put(padded, s["rows"]),
+                jax.device_put(valid, s["rows"]), jax.random.fold_in(key, i))
+        if name not in s["compiled"]:
+            tc = time.perf_counter()
+            s["compiled"][name] = s["runs"][name].lower(*args).compile()
+            result.compile_seconds += time.perf_counter() - tc
+        record, extra = jax.device_get(s["compiled"][name](*args))
+        return record.rows(), extra
+
+    def finish(self, result: EvalResult, fetched: dict[str, list],
+               rollouts: int | None = None) -> None:
+        """Episodes, metrics and per-scenario lists of ``result`` from every batch of
+        every actor, in batch order (``fetched``: actor -> [(rows, extra)]; the rows with
+        padding and ``valid``). Needs ``_setup`` to hold ``env``, ``ids`` and ``batch``
+        (``jaxdrive.eval.shards`` sets just these to merge shards); ``rollouts``: default
+        ``num_rollouts()``."""
+        rows, extras = {}, {}
+        for name, batches in fetched.items():
+            cat = {f: np.concatenate([b[0][f] for b in batches]) for f in batches[0][0]}
             valid = cat.pop("valid")
             rows[name] = {f: v[valid] for f, v in cat.items()}
-            ex = extras[name]
+            ex = [b[1] for b in batches]
             extras[name] = None if ex[0] is None else jax.tree.map(
                 lambda *xs, valid=valid: np.concatenate(xs)[valid], *ex)
             result.episodes.extend(self._episodes(name, rows[name]))
+        ids = self._setup["ids"]
+        rollouts = self.num_rollouts() if rollouts is None else rollouts
         result.metrics, result.per_scenario = self.aggregate(rows, extras)
         result.per_scenario["scenario_id"] = [int(i) for i in ids] * rollouts
         if rollouts > 1:
             result.per_scenario["rollout"] = [r for r in range(rollouts) for _ in ids]
-        if self.spec.render.enabled and out_dir is not None:
-            result.videos = self._render(policy, params, out_dir, step)
 
-    def _episodes(self, actor_name: str, rows: dict[str, np.ndarray]) -> list[dict]:
+    def _finish_shard(self, result: EvalResult, fetched: dict[str, list],
+                      indices: range) -> None:
+        """A shard's result: its episode records (numbered as in the serial run) and, for
+        ``jaxdrive.eval.shards.merge_results``, every batch's rows; no metrics."""
+        from jaxdrive.eval.shards import encode_tree
+
+        s = self._setup
+        nb, batch, per_rollout = self.num_batches(), s["batch"], len(s["ids"])
+        actors = {}
+        for name, batches in fetched.items():
+            actors[name] = []
+            for i, (rows, extra) in zip(indices, batches, strict=True):
+                valid = rows["valid"]
+                kept = {f: v[valid] for f, v in rows.items() if f != "valid"}
+                r, b = divmod(i, nb)
+                j = r * per_rollout + b * batch + np.flatnonzero(valid)
+                result.episodes.extend(self._episodes(name, kept, j))
+                actors[name].append({"index": i, "rows": encode_tree(rows),
+                                     "extra": encode_tree(extra)})
+        result.shard = {"ids": [int(i) for i in s["ids"]], "batch": batch,
+                        "rollouts": self.num_rollouts(), "num_batches": nb * self.num_rollouts(),
+                        "indices": list(indices), "actors": actors}
+
+    def _episodes(self, actor_name: str, rows: dict[str, np.ndarray],
+                  positions: np.ndarray | None = None) -> list[dict]:
+        """Records of ``rows`` (valid rows only); ``positions``: each row's place among the
+        serial run's valid rows of this actor (default 0, 1, ...)."""
         out = []
         batch = self._setup["batch"]
         per_rollout = len(self._setup["ids"])
-        for j in range(len(rows["scenario_id"])):
-            row = {k: v[j].item() if v[j].ndim == 0 else v[j].tolist() for k, v in rows.items()
+        for n in range(len(rows["scenario_id"])):
+            j = n if positions is None else int(positions[n])
+            row = {k: v[n].item() if v[n].ndim == 0 else v[n].tolist() for k, v in rows.items()
                    if k not in ("trial_reached", "trial_length")}
             r, k = divmod(j, per_rollout)
             rec = {"actor": actor_name, "rollout": r, "env_index": k % batch,

@@ -9,6 +9,9 @@ Results file (JSON, ``RESULTS_VERSION``)::
                            "videos", "eval_seconds", "compile_seconds", "error",
                            "config"}}}
 
+A shard's file (``--shard-id`` / ``--num-shards``) adds a top-level ``"shard"`` record
+and each evaluator's ``"shard"`` (its batches' rows): see ``jaxdrive.eval.shards``.
+
 ``partial``: some evaluators failed, others not. A failed evaluator keeps its record
 with the error; the others still run.
 
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxdrive.eval.evaluator import EvalResult, Evaluator, PoolCache
+from jaxdrive.eval.shards import Shard, shard_header
 from jaxdrive.files import OutputError, write_or_fallback
 
 RESULTS_VERSION = 1
@@ -59,6 +63,7 @@ class SuiteResult:
     checkpoint: str | None = None
     created: str = field(default_factory=lambda: datetime.datetime.now().isoformat(
         timespec="seconds"))
+    shard: dict | None = None
 
     @property
     def status(self) -> str:
@@ -106,10 +111,11 @@ class SuiteResult:
     def to_dict(self) -> dict:
         """The results JSON document: version, status, run info, each evaluator's config and
         result (NaN / inf floats become None)."""
+        shard = {} if self.shard is None else {"shard": self.shard}
         return _finite({
             "version": RESULTS_VERSION, "status": self.status, "created": self.created,
             "step": self.step, "checkpoint": self.checkpoint,
-            "wall_seconds": self.wall_seconds, "out_dir": self.out_dir,
+            "wall_seconds": self.wall_seconds, "out_dir": self.out_dir, **shard,
             "config": {r.name: r.config for r in self.results},
             "evaluators": {r.name: {k: v for k, v in r.to_dict().items() if k != "name"}
                            for r in self.results},
@@ -163,8 +169,12 @@ def timestamped_dir(parent: str | os.PathLike, name: str = "eval") -> Path:
 
 def run_evaluators(evaluators: list[Evaluator], policy, params,
                    out_dir: str | os.PathLike | None = None, step: int = 0,
-                   progress: bool = True, checkpoint: str | None = None) -> SuiteResult:
+                   progress: bool = True, checkpoint: str | None = None,
+                   shard: Shard | None = None) -> SuiteResult:
     """Run each evaluator in turn (a failure is recorded, the rest still run).
+
+    ``shard``: run only that shard of every evaluator (``jaxdrive.eval.shards``); the
+    result then records the shard and merges with the others' (``merge_results``).
 
     Raises:
       UnsafeNameError: before any evaluator runs, when one that renders into ``out_dir``
@@ -184,7 +194,8 @@ def run_evaluators(evaluators: list[Evaluator], policy, params,
         for ev in evaluators:
             if bar is not None:
                 bar.set_postfix_str(ev.name)
-            results.append(ev.run(policy, params, out_dir=out_dir, step=step, pools=pools))
+            results.append(ev.run(policy, params, out_dir=out_dir, step=step, pools=pools,
+                                  shard=shard))
             if bar is not None:
                 bar.update(1)
     finally:
@@ -192,4 +203,5 @@ def run_evaluators(evaluators: list[Evaluator], policy, params,
             bar.close()
     return SuiteResult(results=results, wall_seconds=time.perf_counter() - t0,
                        out_dir=None if out_dir is None else str(out_dir), step=step,
-                       checkpoint=checkpoint)
+                       checkpoint=checkpoint,
+                       shard=None if shard is None else shard_header(shard, params))
