@@ -78,7 +78,7 @@ def export(args: argparse.Namespace) -> None:
 
     def flat_fn(*xs):
         xs = [jax.random.wrap_key_data(x, impl=i) if i is not None else x
-              for x, i in zip(xs, impls)]
+              for x, i in zip(xs, impls, strict=True)]
         out = fn(*jax.tree.unflatten(treedef, xs))
         return [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(out)]
 
