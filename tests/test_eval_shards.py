@@ -11,8 +11,9 @@ from test_eval import build, suite
 
 from jaxdrive.eval import cli
 from jaxdrive.eval.evaluators import make_evaluators
+from jaxdrive.eval.merge import merge_results
 from jaxdrive.eval.runner import run_evaluators
-from jaxdrive.eval.shards import Shard, ShardError, decode_tree, encode_tree, merge_results
+from jaxdrive.eval.shards import Shard, ShardError, decode_tree, encode_tree
 from jaxdrive.eval.suite import load_suite_specs
 
 NUM_SHARDS = 3  # the tiny suite has 3 batches (5 scenarios, batch 2): one each

@@ -35,13 +35,14 @@ import yaml
 
 from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
 from jaxdrive.eval.evaluators import make_evaluators
+from jaxdrive.eval.merge import merge_files
 from jaxdrive.eval.runner import (
     SuiteResult,
     check_output_names,
     run_evaluators,
     timestamped_dir,
 )
-from jaxdrive.eval.shards import Shard, ShardError, merge_files
+from jaxdrive.eval.shards import Shard, ShardError
 from jaxdrive.eval.suite import select_suite
 from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
 from jaxdrive.runs.load import load_policy

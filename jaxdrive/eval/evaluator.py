@@ -305,7 +305,7 @@ class Evaluator:
         spec's render section is enabled and ``out_dir`` is given. ``pools`` shares
         scenario pools with the other evaluators of a suite. ``shard``: play only that
         shard's batches (``Shard.batches``); the result then holds no metrics but the
-        batches' rows for ``jaxdrive.eval.shards.merge_results`` (videos: shard 0 only)."""
+        batches' rows for ``jaxdrive.eval.merge.merge_results`` (videos: shard 0 only)."""
         result = EvalResult(name=self.name, type=self.type_name,
                             config=dict(self.spec.resolved))
         t0 = time.perf_counter()
@@ -391,7 +391,7 @@ class Evaluator:
     def _finish_shard(self, result: EvalResult, fetched: dict[str, list],
                       indices: range) -> None:
         """A shard's result: its episode records (numbered as in the serial run) and, for
-        ``jaxdrive.eval.shards.merge_results``, every batch's rows; no metrics."""
+        ``jaxdrive.eval.merge.merge_results``, every batch's rows; no metrics."""
         from jaxdrive.eval.shards import encode_tree
 
         s = self._setup

@@ -194,8 +194,11 @@ def run_evaluators(evaluators: list[Evaluator], policy, params,
         for ev in evaluators:
             if bar is not None:
                 bar.set_postfix_str(ev.name)
+            # ``shard`` only when sharding: evaluators that override ``run`` without it
+            # keep working unsharded.
+            extra = {} if shard is None else {"shard": shard}
             results.append(ev.run(policy, params, out_dir=out_dir, step=step, pools=pools,
-                                  shard=shard))
+                                  **extra))
             if bar is not None:
                 bar.update(1)
     finally:
