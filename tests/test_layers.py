@@ -19,7 +19,8 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 # Lowest first. Each entry is a top-level module or package of jaxdrive.
 LAYERS = (
-    ("files",),  # atomic writes, writability checks, names kept inside a root
+    # atomic writes and safe names; the data mesh; multi-process setup
+    ("files", "parallel", "distributed"),
     ("types", "config", "geometry"),  # shared pytrees, config plumbing, box/segment math
     ("scenarios",),  # procedural generator, scenario shapes, road index, device pool
     ("data",),  # host readers of real scenes (WOMD, JSON), shards, datasets

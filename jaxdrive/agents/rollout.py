@@ -56,7 +56,8 @@ Record = Callable[[Any, Transition], tuple[Any, Any]]
 
 def scan_rollout(env: Env, env_params: EnvParams, act: Act, state: EnvState,
                  timestep: TimeStep, carry: Any, xs: Any = None, *,
-                 record: Record | None = None, length: int | None = None):
+                 record: Record | None = None, length: int | None = None,
+                 step_batch=None):
     """Run ``env.step_batch`` under ``lax.scan`` with the caller's hooks (pure; jit it).
 
     Args:
@@ -67,14 +68,18 @@ def scan_rollout(env: Env, env_params: EnvParams, act: Act, state: EnvState,
       xs: scanned inputs (e.g. (T,) PRNG keys or (T, B, A) actions), or None.
       record: ``(carry, Transition) -> (carry, out)``; None keeps nothing.
       length: steps, when ``xs`` is None.
+      step_batch: the batched step to use (default ``env.step_batch``; e.g.
+        ``env.step_batch_sharded(mesh)`` for a batch split over devices).
     Returns:
       ``(state, timestep, carry, outs)`` with ``outs`` stacked over time.
     """
 
+    step_batch = env.step_batch if step_batch is None else step_batch
+
     def body(c, x):
         state, timestep, carry = c
         action, carry, aux = act(carry, state, timestep, x)
-        next_state, next_timestep = env.step_batch(env_params, state, action)
+        next_state, next_timestep = step_batch(env_params, state, action)
         out = None
         if record is not None:
             carry, out = record(carry, Transition(state, timestep, action, aux, next_state,

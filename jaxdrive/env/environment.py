@@ -420,6 +420,20 @@ class Env:
         """
         return self._step_batch(params, state, action)
 
+    def step_batch_sharded(self, mesh):
+        """``step_batch`` for a batch split along the ``data`` axis of ``mesh``
+        (``jaxdrive.parallel``): each device steps its own environments and decides on
+        its own whether any of them needs an auto-reset, so the step holds no
+        cross-device collective. Same results as ``step_batch``."""
+        from jax.sharding import PartitionSpec
+
+        from jaxdrive.parallel import DATA
+
+        rows = PartitionSpec(DATA)
+        return jax.shard_map(self._step_batch, mesh=mesh,
+                             in_specs=(PartitionSpec(), rows, rows), out_specs=rows,
+                             check_vma=False)  # per-env code: no collectives to check
+
 
 
 

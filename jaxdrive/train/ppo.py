@@ -32,6 +32,7 @@ from jaxdrive.metrics.registry import report_names
 from jaxdrive.metrics.trials import adaptation_metrics
 from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
+from jaxdrive.parallel import along, check_divisible, constrain, replicated
 from jaxdrive.runs.config import RunConfig
 from jaxdrive.telemetry import ema
 from jaxdrive.train.gae import bootstrap_stop, gae
@@ -109,10 +110,18 @@ class PPO:
       env: the training ``Env``.
       policy: the learner ``Policy`` (built for ``env``).
       co_players: sequence of ``(Policy, params)`` frozen partners (may be empty).
+      mesh: a ``data`` mesh (``jaxdrive.parallel.data_mesh``) to run data-parallel over,
+        or None (one device). Environments, agent rows and rollouts are split along it;
+        parameters, optimiser state and the scene pool are replicated. Minibatches are
+        drawn from all rows, as on one device: after the rollout the (N, T) batch is
+        gathered onto every device once, each device takes its part of every
+        minibatch, and gradients and loss statistics are summed across the mesh.
     """
 
-    def __init__(self, config: RunConfig, env: Env, policy: Policy, co_players=()):
+    def __init__(self, config: RunConfig, env: Env, policy: Policy, co_players=(),
+                 mesh=None):
         self.config = config
+        self.mesh = mesh
         self.env = env
         self.policy = policy
         self.co_players = tuple(co_players)
@@ -130,6 +139,37 @@ class PPO:
                               optax.adam(self.schedule, eps=t.adam_eps))
         self.trial_mode = env.config.goal_behavior == "trial"
         self.uses_co_players = env.config.co_player_fraction > 0
+        self.env_step = env.step_batch
+        if mesh is not None:
+            check_divisible(self.num_envs, "train.num_envs", mesh)
+            if mesh.size > 1:
+                self.env_step = env.step_batch_sharded(mesh)
+
+    # ------------------------------------------------------------------ placement
+    def _sharding(self, axis: int | None):
+        if self.mesh is None:
+            return None
+        return replicated(self.mesh) if axis is None else along(self.mesh, axis)
+
+    def _cache_shardings(self, cache: KVCache) -> KVCache:
+        rows, rows1 = self._sharding(0), self._sharding(1)
+        return KVCache(k=rows1, v=rows1, pos=rows, garbage=rows, next_pos=rows)
+
+    def state_shardings(self, state: TrainState) -> TrainState:
+        """Where each leaf of ``state`` lives on the mesh (a ``TrainState`` of
+        ``NamedSharding``): env-, row- and slot-major leaves split along ``data``,
+        parameters, optimiser state, key and counter replicated. Needs a mesh."""
+        rep, rows = self._sharding(None), self._sharding(0)
+        split = lambda tree: jax.tree.map(lambda _: rows, tree)
+        whole = lambda tree: jax.tree.map(lambda _: rep, tree)
+        return TrainState(
+            params=whole(state.params), opt_state=whole(state.opt_state),
+            env_state=split(state.env_state), timestep=split(state.timestep),
+            cache=self._cache_shardings(state.cache),
+            co_caches=tuple(self._cache_shardings(c) for c in state.co_caches),
+            co_member=rows, episode_ema=split(state.episode_ema),
+            trial_ema=None if state.trial_ema is None else split(state.trial_ema),
+            key=rep, iteration=rep)
 
     # ------------------------------------------------------------------ init
     def init(self, key: jax.Array, env_params: EnvParams) -> TrainState:
@@ -230,12 +270,14 @@ class PPO:
                  state.trial_ema)
         env_state, ts, carry, (traj, completed) = scan_rollout(
             self.env, env_params, act, state.env_state, state.timestep, carry,
-            jax.random.split(k_roll, self.config.train.rollout_steps), record=record)
+            jax.random.split(k_roll, self.config.train.rollout_steps), record=record,
+            step_batch=self.env_step)
         cache, co_caches, co_member, ep_ema, tr_ema = carry
         state = state.replace(env_state=env_state, timestep=ts, cache=cache,
                               co_caches=co_caches, co_member=co_member, episode_ema=ep_ema,
                               trial_ema=tr_ema, key=key)
-        return state, traj, jnp.sum(completed)
+        # Summed after the scan: a sum per step would be a cross-device reduction per step.
+        return state, traj, jnp.sum(completed.astype(jnp.int32))
 
     def _update_stats(self, ep_ema, tr_ema, ts: TimeStep):
         alpha = self.config.train.ema_alpha
@@ -250,7 +292,7 @@ class PPO:
             tr_ema = ema.update(tr_ema, scored,
                                 {f"trial_{k}_score": score[:, k]
                                  for k in range(score.shape[1])}, alpha)
-        return ep_ema, tr_ema, jnp.sum(completed.astype(jnp.int32))
+        return ep_ema, tr_ema, completed
 
     # ------------------------------------------------------------------ update
     def _loss(self, params, cache: KVCache, mb: dict):
@@ -277,10 +319,17 @@ class PPO:
         n, m = self.num_rows, t.minibatches
         grad_fn = jax.grad(self._loss, has_aux=True)
 
+        # Data-parallel: every device holds the whole batch and computes its part of each
+        # minibatch's rows; the loss's sums (hence the gradients) are reduced by XLA.
+        batch, cache0 = constrain((batch, cache0), self._sharding(None))
+
         def minibatch(carry, idx):
             params, opt_state = carry
-            mb = jax.tree.map(lambda x: x[idx], batch)
-            grads, stats = grad_fn(params, _take_cache_rows(cache0, idx), mb)
+            mb = constrain(jax.tree.map(lambda x: x[idx], batch), self._sharding(0))
+            cache = _take_cache_rows(cache0, idx)
+            if self.mesh is not None:
+                cache = constrain(cache, self._cache_shardings(cache))
+            grads, stats = grad_fn(params, cache, mb)
             updates, opt_state = self.tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
 

@@ -1,0 +1,143 @@
+"""Multi-process jobs: when to call ``jax.distributed.initialize`` and with what.
+
+A job is multi-process when it is told so explicitly (command-line flags, or the
+``JAXDRIVE_COORDINATOR_ADDRESS`` / ``JAXDRIVE_NUM_PROCESSES`` / ``JAXDRIVE_PROCESS_ID``
+environment variables) or when the cluster runtime that started it says so: a SLURM job
+step with more than one task (``SLURM_NTASKS``), or a Cloud TPU slice with more than one
+host (``TPU_WORKER_HOSTNAMES``). JAX, SLURM or the TPU runtime starts one process per
+host; jaxdrive never launches processes itself. A single process needs nothing.
+
+``initialize`` bounds every wait: a coordinator that cannot be reached, or a process
+that never joins, is a ``DistributedError`` after ``timeout_s`` seconds (not a hang); a
+process that dies later is noticed by the others through the coordination service's
+heartbeats within ``heartbeat_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import jax
+
+ENV_ADDRESS = "JAXDRIVE_COORDINATOR_ADDRESS"
+ENV_NUM_PROCESSES = "JAXDRIVE_NUM_PROCESSES"
+ENV_PROCESS_ID = "JAXDRIVE_PROCESS_ID"
+DEFAULT_TIMEOUT_S = 120
+DEFAULT_HEARTBEAT_S = 60
+
+
+class DistributedError(RuntimeError):
+    """The multi-process job could not be set up (bad settings, or a coordinator or
+    process that did not answer in time)."""
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    """How this process joins the job.
+
+    Attributes:
+      source: where the settings came from (``flags``, ``environment``, ``slurm``,
+        ``tpu``): shown in messages.
+      coordinator_address: ``HOST:PORT`` of process 0's coordination service, or None
+        to let JAX read it from the cluster runtime.
+      num_processes, process_id: None likewise.
+    """
+
+    source: str
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+
+
+def _int(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise DistributedError(f"{name}={value!r} is not an integer") from None
+
+
+def detect(coordinator_address: str | None = None, num_processes: int | None = None,
+           process_id: int | None = None, environ=None) -> ProcessGroup | None:
+    """The job's process group, or None for a single process.
+
+    Explicit arguments (the command-line flags) win over the ``JAXDRIVE_*`` environment
+    variables, which win over SLURM and Cloud TPU detection.
+
+    Raises:
+      DistributedError: incomplete or inconsistent explicit settings.
+    """
+    env = os.environ if environ is None else environ
+    explicit = (coordinator_address, num_processes, process_id)
+    source = "flags"
+    if all(x is None for x in explicit):
+        source = "environment"
+        explicit = (env.get(ENV_ADDRESS) or None,
+                    _int(env.get(ENV_NUM_PROCESSES), ENV_NUM_PROCESSES),
+                    _int(env.get(ENV_PROCESS_ID), ENV_PROCESS_ID))
+    address, n, pid = explicit
+    if any(x is not None for x in explicit):
+        names = (("--coordinator-address", "--num-processes", "--process-id")
+                 if source == "flags" else (ENV_ADDRESS, ENV_NUM_PROCESSES, ENV_PROCESS_ID))
+        missing = [name for name, x in zip(names, explicit, strict=True) if x is None]
+        if missing:
+            raise DistributedError(
+                f"a multi-process job needs all of {', '.join(names)} (from {source}); "
+                f"missing {', '.join(missing)}")
+        if ":" not in address:
+            raise DistributedError(f"coordinator address {address!r} needs a port, e.g. "
+                                   f"{address}:12355")
+        if n < 1 or not 0 <= pid < n:
+            raise DistributedError(f"process id {pid} is not in 0..{n - 1} "
+                                   f"(number of processes {n})")
+        return None if n == 1 else ProcessGroup(source, address, n, pid)
+    if (_int(env.get("SLURM_NTASKS"), "SLURM_NTASKS") or 1) > 1 and "SLURM_PROCID" in env:
+        return ProcessGroup("slurm")
+    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    if len(hosts) > 1:
+        return ProcessGroup("tpu")
+    return None
+
+
+def initialize(group: ProcessGroup | None, timeout_s: int = DEFAULT_TIMEOUT_S,
+               heartbeat_s: int = DEFAULT_HEARTBEAT_S) -> None:
+    """Joins the job described by ``group`` (``jax.distributed.initialize``); nothing
+    for None. Call before anything touches a device.
+
+    Raises:
+      DistributedError: the coordinator did not answer, or not every process joined,
+        within ``timeout_s`` seconds; or JAX's backend was already started.
+    """
+    if group is None:
+        return
+    if jax.distributed.is_initialized():
+        return
+    try:
+        jax.distributed.initialize(
+            coordinator_address=group.coordinator_address,
+            num_processes=group.num_processes, process_id=group.process_id,
+            initialization_timeout=int(timeout_s),
+            heartbeat_timeout_seconds=int(heartbeat_s))
+    except Exception as e:  # JAX raises RuntimeError / XlaRuntimeError with a long trace
+        where = group.coordinator_address or f"the address {group.source} provides"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise DistributedError(
+            f"could not join the {group.num_processes or ''}-process job as process "
+            f"{group.process_id if group.process_id is not None else '?'} (settings from "
+            f"{group.source}; coordinator {where}) within {timeout_s} s: {first}. Check "
+            "that every process was started with the same coordinator address and number "
+            "of processes, that process 0 is running, and that the port is reachable") from e
+
+
+def is_main_process() -> bool:
+    """Whether this process writes the job's shared outputs (process 0)."""
+    return jax.process_index() == 0
+
+
+def describe() -> str:
+    """``N devices (KIND) in P process(es)``, for announcements."""
+    devices = jax.devices()
+    return (f"{len(devices)} device(s) ({devices[0].device_kind}) in "
+            f"{jax.process_count()} process(es)")
