@@ -60,3 +60,48 @@ def constrain(tree, sharding):
     if not leaves or leaves[0].mesh.size == 1:
         return tree
     return jax.lax.with_sharding_constraint(tree, sharding)
+
+
+def to_global(tree, shardings):
+    """Host or single-device arrays -> global arrays laid out as ``shardings`` (one
+    ``NamedSharding`` or a matching pytree). Every process passes the same full values
+    and each supplies the pieces its own devices hold; typed PRNG keys go through their
+    key data. On one process this is ``jax.device_put``."""
+    if not isinstance(shardings, NamedSharding):
+        leaves, treedef = jax.tree.flatten(tree)
+        sh = treedef.flatten_up_to(shardings)
+        return treedef.unflatten([to_global(x, s) for x, s in zip(leaves, sh, strict=True)])
+    if jax.process_count() == 1:
+        return jax.tree.map(lambda x: jax.device_put(x, shardings), tree)
+
+    def one(x):
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+            data = one(jax.random.key_data(x))
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, shardings, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree)
+
+
+def gather_shares(local_tree):
+    """Every process's ``local_tree`` (equal shapes), concatenated along axis 0 in process
+    order, as host arrays on every process (the local tree itself on one process)."""
+    if jax.process_count() == 1:
+        return local_tree
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(local_tree, tiled=True)
+
+
+def share(count: int, key: str) -> tuple[int, int]:
+    """``[lo, hi)``: this process's equal part of ``count`` items (config key ``key``).
+
+    Raises ValueError naming both numbers when ``count`` does not split over the
+    processes."""
+    n, p = jax.process_count(), jax.process_index()
+    if count % n:
+        raise ValueError(f"{key}={count} does not split over the {n} processes of this job; "
+                         f"use a multiple of {n}")
+    size = count // n
+    return p * size, (p + 1) * size

@@ -1206,17 +1206,24 @@ def generate_batch(
     config: ProceduralConfig | None = None,
     scenario_config: ScenarioConfig | None = None,
     with_info: bool = False,
+    part: tuple[int, int] | None = None,
 ):
     """``num`` scenarios from ``num`` keys split off ``key``, jitted and vmapped.
 
     The compiled function is cached per (config, scenario_config, with_info), so repeated
     calls with the same ``num`` do not recompile.
 
+    ``part=(lo, hi)`` generates only scenarios ``lo..hi-1`` of the ``num`` (the same
+    scenarios the full batch holds there): one process's share of a multi-process job.
+
     Returns:
-      Scenario with a leading (num,) axis; ``(Scenario, ProceduralInfo)`` if ``with_info``.
+      Scenario with a leading (num,) axis (``hi - lo`` with ``part``);
+      ``(Scenario, ProceduralInfo)`` if ``with_info``.
     """
     config = ProceduralConfig() if config is None else config
     scenario_config = ScenarioConfig() if scenario_config is None else scenario_config
     check_fits(config, scenario_config)
     keys = jax.random.split(key, num)
+    if part is not None:
+        keys = keys[part[0]:part[1]]
     return _batched_fn(config, scenario_config, bool(with_info))(keys)

@@ -1,0 +1,104 @@
+"""Where a training run's arrays live: one device, or split over the ``data`` mesh.
+
+``Placement`` wraps a ``PPO`` with its mesh (``jaxdrive.parallel``). Without a mesh
+(one device) it is exactly the single-device run: ``PPO.init`` and ``jax.jit`` of the
+step, nothing else. With a mesh, the initial state is computed by one jitted program
+straight into its shardings (envs, agent rows, KV caches and statistics split along
+``data``; parameters, optimiser state and keys replicated; the same numbers as
+``PPO.init``), the scene pool is replicated on every device (each env draws from the
+whole pool, so results do not depend on the device count), and the step is jitted with
+those shardings in and out, so nothing moves between iterations.
+
+Scenes in a multi-process job: each process generates or loads only its share
+(``jaxdrive.parallel.share``; procedural scene ``i`` comes from the same key in every
+layout), and the shares are gathered into the replicated pool once per pool.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from jaxdrive.env import Env, EnvParams
+from jaxdrive.parallel import data_mesh, gather_shares, replicated, share, to_global
+from jaxdrive.runs.config import RunConfig
+from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.scenarios.procedural import generate_batch
+from jaxdrive.train.ppo import PPO, TrainState
+
+
+def default_mesh(force: bool = False):
+    """The ``data`` mesh over every device of every process, or None on a single device
+    (the plain single-device program) unless ``force``."""
+    if jax.device_count() == 1 and not force:
+        return None
+    return data_mesh()
+
+
+def procedural_params(config: RunConfig, env: Env, seed: int, num_scenes: int,
+                      mesh=None) -> EnvParams:
+    """``env``'s params over ``num_scenes`` procedural scenes drawn with ``seed``.
+
+    One process: all scenes (replicated over ``mesh`` when given). Several: this process
+    generates scenes ``share(num_scenes)`` only; the shares are gathered (the same pool
+    as one process would build) and replicated over ``mesh``.
+    """
+    part = share(num_scenes, "train.num_scenes") if jax.process_count() > 1 else None
+    scenes = generate_batch(jax.random.key(seed), num_scenes, config.procedural,
+                            config.env.scenario, part=part)
+    pool = gather_shares(make_pool(scenes, config.env.road_index))
+    params = env.make_params(pool)
+    return params if mesh is None else to_global(params, replicated(mesh))
+
+
+class Placement:
+    """The arrays of one ``PPO`` run on its mesh (or on one device when ``ppo.mesh`` is
+    None)."""
+
+    def __init__(self, ppo: PPO):
+        self.ppo = ppo
+        self.mesh = ppo.mesh
+        self._shardings = None
+
+    def env_params(self, params: EnvParams) -> EnvParams:
+        """``params`` replicated on every device of the mesh (unchanged without one)."""
+        return params if self.mesh is None else to_global(params, replicated(self.mesh))
+
+    def shardings(self, env_params: EnvParams) -> TrainState:
+        """The ``TrainState`` of ``NamedSharding`` the state lives in (needs a mesh)."""
+        if self._shardings is None:
+            shape = jax.eval_shape(self.ppo.init, jax.random.key(0), env_params)
+            self._shardings = self.ppo.state_shardings(shape)
+        return self._shardings
+
+    def init(self, seed: int, env_params: EnvParams) -> TrainState:
+        """``PPO.init(jax.random.key(seed), env_params)``, placed on the mesh."""
+        if self.mesh is None:
+            return self.ppo.init(jax.random.key(seed), env_params)
+        init = jax.jit(lambda p: self.ppo.init(jax.random.key(seed), p),
+                       out_shardings=self.shardings(env_params))
+        return init(env_params)
+
+    def place_state(self, state: TrainState, env_params: EnvParams) -> TrainState:
+        """A host or single-device ``state`` (e.g. restored) moved into its shardings."""
+        if self.mesh is None:
+            return state
+        return to_global(state, self.shardings(env_params))
+
+    def jit_step(self, step, env_params: EnvParams, donate: bool = True):
+        """``step(state, env_params) -> (state, metrics)`` jitted for this placement
+        (the state donated when ``donate``): state shardings in and out, env params
+        and metrics replicated."""
+        donate_argnums = (0,) if donate else ()
+        if self.mesh is None:
+            return jax.jit(step, donate_argnums=donate_argnums)
+        sh, rep = self.shardings(env_params), replicated(self.mesh)
+        return jax.jit(step, donate_argnums=donate_argnums, in_shardings=(sh, rep),
+                       out_shardings=(sh, rep))
+
+
+def data_mesh_size(mesh) -> int:
+    """Devices in ``mesh`` (1 without one)."""
+    return 1 if mesh is None else mesh.size
+
+
+__all__ = ["Placement", "data_mesh", "default_mesh", "procedural_params", "data_mesh_size"]
