@@ -16,6 +16,8 @@ heartbeats within ``heartbeat_s`` seconds.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass
 
 import jax
@@ -114,6 +116,8 @@ def initialize(group: ProcessGroup | None, timeout_s: int = DEFAULT_TIMEOUT_S,
         return
     if jax.distributed.is_initialized():
         return
+    if group.process_id and group.coordinator_address:
+        _wait_for_coordinator(group.coordinator_address, timeout_s)
     try:
         jax.distributed.initialize(
             coordinator_address=group.coordinator_address,
@@ -131,6 +135,25 @@ def initialize(group: ProcessGroup | None, timeout_s: int = DEFAULT_TIMEOUT_S,
             "of processes, that process 0 is running, and that the port is reachable") from e
 
 
+def _wait_for_coordinator(address: str, timeout_s: float) -> None:
+    """Raises DistributedError unless ``HOST:PORT`` accepts a TCP connection within
+    ``timeout_s`` (JAX itself would abort the process with a terse fatal error)."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+                return
+        except OSError as e:
+            last = e
+            time.sleep(0.5)
+    raise DistributedError(
+        f"the coordinator {address} did not answer within {timeout_s:g} s ({last}): start "
+        "process 0 (it runs the coordinator) with the same --coordinator-address, check the "
+        "host name and that the port is open, or raise --distributed-timeout")
+
+
 def is_main_process() -> bool:
     """Whether this process writes the job's shared outputs (process 0)."""
     return jax.process_index() == 0
@@ -141,3 +164,42 @@ def describe() -> str:
     devices = jax.devices()
     return (f"{len(devices)} device(s) ({devices[0].device_kind}) in "
             f"{jax.process_count()} process(es)")
+
+
+def barrier(name: str) -> None:
+    """Waits until every process reaches the barrier ``name`` (nothing on one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def broadcast_text(text: str | None, max_bytes: int = 4096) -> str:
+    """Process 0's ``text`` on every process (e.g. the run directory it created);
+    ``text`` itself on one process."""
+    if jax.process_count() == 1:
+        return text
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    buf = np.zeros(max_bytes + 4, np.uint8)
+    if is_main_process():
+        data = text.encode("utf-8")
+        if len(data) > max_bytes:
+            raise DistributedError(f"text too long to broadcast ({len(data)} bytes)")
+        buf[:4] = np.frombuffer(np.uint32(len(data)).tobytes(), np.uint8)
+        buf[4:4 + len(data)] = np.frombuffer(data, np.uint8)
+    got = np.asarray(multihost_utils.broadcast_one_to_all(buf))
+    n = int(np.frombuffer(got[:4].tobytes(), np.uint32)[0])
+    return got[4:4 + n].tobytes().decode("utf-8")
+
+
+def any_process(flag: bool) -> bool:
+    """Whether ``flag`` is true on any process (one small host collective; ``flag`` on
+    one process). Used so that every process stops at the same iteration."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.asarray([flag], np.int32))))

@@ -119,19 +119,22 @@ class TemporalDecoder(nn.Module):
         Returns:
           ((N, d) outputs, updated cache).
         """
-        n, s = x.shape[0], cache.horizon
+        s = cache.horizon
         p = cache.next_pos
         x = (x + sinusoid(p, self.model_dim)).astype(self.dtype)
         slot = p % s
-        rows = jnp.arange(n)
         own = jnp.arange(s)[None, :] == slot[:, None]
         pos = jnp.where(own, p[:, None], cache.pos)
         mask = slot_mask(pos, cache.garbage & ~own, p, s)[:, None, :]  # (N, 1, S)
         k_cache, v_cache = cache.k, cache.v
+        # Each row writes its own slot. A per-row update (vmapped over rows) rather than
+        # a scatter at (row, slot) index pairs: XLA then sees that a row only touches its
+        # own cache, so rows split over devices write without any communication.
+        write = jax.vmap(lambda c, i, u: jax.lax.dynamic_update_index_in_dim(c, u, i, 0))
         for i, layer in enumerate(self.layers):
             q, k, v = layer.project(x)
-            k_cache = k_cache.at[i, rows, slot].set(k.astype(k_cache.dtype))
-            v_cache = v_cache.at[i, rows, slot].set(v.astype(v_cache.dtype))
+            k_cache = k_cache.at[i].set(write(k_cache[i], slot, k.astype(k_cache.dtype)))
+            v_cache = v_cache.at[i].set(write(v_cache[i], slot, v.astype(v_cache.dtype)))
             a = attention(q[:, None], [(k_cache[i], v_cache[i], mask)])[:, 0]
             x = layer.finish(x, a)
         cache = KVCache(

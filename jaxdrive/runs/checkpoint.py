@@ -45,6 +45,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxdrive.distributed import barrier, is_main_process
 from jaxdrive.files import OutputError, atomic_write_text
 from jaxdrive.runs import integrity
 
@@ -370,8 +371,8 @@ class Checkpointer:
         """Why ``which/step`` cannot be restored (damaged or unfinished); empty if intact."""
         return integrity.problems(self.directory / which / str(int(step)), self._legacy())
 
-    def _resolve_step(self, step: int | None, which: str) -> tuple[ocp.CheckpointManager, int]:
-        """The manager and an intact step of ``which``: ``step``, or the newest intact one.
+    def _resolve_step(self, step: int | None, which: str) -> int:
+        """An intact step of ``which``: ``step``, or the newest intact one.
 
         Raises:
           FileNotFoundError: no checkpoint (or not that step).
@@ -411,7 +412,7 @@ class Checkpointer:
         for line in skipped:
             _log.warning("skipped checkpoint %s", line)
         self.skipped = skipped
-        return self._fresh_manager(which), s
+        return s
 
     # ------------------------------------------------------------------ recovery
 
@@ -423,9 +424,17 @@ class Checkpointer:
         steps to ``damaged/`` (they would block re-saving their step) and copies to
         ``best/`` an intact ``last/`` step whose best save was interrupted. Only the one
         writer of the directory may call it (the trainer holds the run lock); ``save``
-        calls it once, first.
+        calls it once, first. In a multi-process job every process calls it, process 0
+        does the work and the others wait for it (and return no notes).
         """
         self._recovered = True
+        notes = self._recover_files() if is_main_process() else []
+        barrier("jaxdrive-checkpoint-recover")
+        for manager in self._managers.values():
+            manager.reload()
+        return notes
+
+    def _recover_files(self) -> list[str]:
         if not self.directory.is_dir():
             return []
         notes = self._clean_tmp()
@@ -446,8 +455,6 @@ class Checkpointer:
         notes += self._recover_best()
         self._prune("last", self.keep_last)  # a kill may have come before the pruning
         self._prune("best", 1)
-        for manager in self._managers.values():
-            manager.reload()
         return notes
 
     def _clean_tmp(self) -> list[str]:
@@ -561,18 +568,28 @@ class Checkpointer:
         return [p for p in path.glob(f"{step}{_TMP}*")] if path.is_dir() else []
 
     def _commit_last(self, step: int, args: ocp.args.Composite) -> None:
-        """orbax save of ``last/step``, then its checksum record; cleans up on failure."""
+        """orbax save of ``last/step``, then its checksum record; cleans up on failure.
+
+        Multi-process: every process writes its part (orbax); once all have, process 0
+        writes the checksum record and prunes, and the others wait for that."""
         last = self._manager("last", create=True)
         last.reload()
+        main = is_main_process()
         try:
             with _saving():
                 last.save(step, args=args, force=True)
                 last.wait_until_finished()
-            integrity.write_record(self.directory / "last" / str(step))
+            barrier(f"jaxdrive-checkpoint-saved-{step}")
+            if main:
+                integrity.write_record(self.directory / "last" / str(step))
         except Exception as e:
-            self._save_failed(e, step, self._tmp_dirs("last", step)
-                              + [self.directory / "last" / str(step)])
-        self._prune("last", self.keep_last)
+            self._save_failed(e, step, (self._tmp_dirs("last", step)
+                                        + [self.directory / "last" / str(step)]) if main
+                              else [])
+        if main:
+            self._prune("last", self.keep_last)
+        barrier(f"jaxdrive-checkpoint-recorded-{step}")
+        last.reload()
 
     def _copy_to_best(self, step: int) -> None:
         """``best/step`` := a verified copy of ``last/step``; the old best goes after."""
@@ -634,7 +651,8 @@ class Checkpointer:
         if not self._recovered:
             for note in self.recover():
                 _log.warning("%s", note)
-            self._write_marker()
+            if is_main_process():
+                self._write_marker()
         steps = self._steps("last")
         latest = steps[-1] if steps else None
         if latest is not None and step < latest:
@@ -651,7 +669,8 @@ class Checkpointer:
             _META: ocp.args.JsonSave(metadata)}))
         if value is None or not self._is_better(value):
             return False
-        self._copy_to_best(step)
+        if is_main_process():  # in a multi-process job, only process 0 has the metric
+            self._copy_to_best(step)
         self.best_value = value
         return True
 
@@ -686,7 +705,8 @@ class Checkpointer:
             the message names each path and the reason.
           ValueError: ``target`` differs from the saved state in structure, shape or dtype.
         """
-        manager, step = self._resolve_step(step, which)
+        step = self._resolve_step(step, which)
+        manager = self._fresh_manager(which)
         storable = _to_storable(target)
         _check_like_saved(manager.item_metadata(step)[_STATE].tree, storable,
                           self.directory / which / str(step))
@@ -697,9 +717,11 @@ class Checkpointer:
 
     def restore_metadata(self, step: int | None = None, which: str = "last") -> dict:
         """Only the metadata of a save (its files are verified, no arrays are read)."""
-        manager, step = self._resolve_step(step, which)
-        return manager.restore(step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()}))[
-            _META]
+        step = self._resolve_step(step, which)
+        # Read as the JSON file it is (verified above), not through orbax: an orbax
+        # restore is a collective in a multi-process job, and only process 0 may get here.
+        path = self.directory / which / str(step) / _META / _META
+        return json.loads(path.read_text(encoding="utf-8"))
 
     def restore_raw(self, step: int | None = None, which: str = "last") -> tuple[Any, dict]:
         """Restores without a target: (state as saved, metadata).
@@ -708,9 +730,18 @@ class Checkpointer:
         of arrays, typed keys as their raw uint32 key data, and zero-size arrays as
         one-element placeholders. Steps are chosen and verified as in ``restore``.
         """
-        manager, step = self._resolve_step(step, which)
+        step = self._resolve_step(step, which)
+        manager = self._fresh_manager(which)
+        # Onto this process's first device, whatever mesh saved it (a run trained on 8
+        # devices is evaluated on one): orbax needs the target layout spelled out.
+        saved = manager.item_metadata(step)[_STATE]
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        target = jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device)
+            if hasattr(m, "shape") and hasattr(m, "dtype") else m,
+            getattr(saved, "tree", saved))
         restored = manager.restore(step, args=ocp.args.Composite(**{
-            _STATE: ocp.args.StandardRestore(), _META: ocp.args.JsonRestore()}))
+            _STATE: ocp.args.StandardRestore(target), _META: ocp.args.JsonRestore()}))
         return restored[_STATE], restored[_META]
 
     def close(self) -> None:

@@ -17,6 +17,14 @@ Ctrl-C or SIGTERM finishes the iteration, saves and exits; continue with ``--res
 Config sections: env, procedural, policy, train, validation, checkpoint, logging (see
 ``jaxdrive.runs.config``).
 
+Multi-process jobs (a multi-GPU node with one process per GPU, SLURM, a TPU pod): every
+process runs the same command. JAX joins them when the cluster runtime says so (SLURM,
+Cloud TPU), or from ``--coordinator-address HOST:PORT --num-processes N --process-id I``
+(or the ``JAXDRIVE_COORDINATOR_ADDRESS`` / ``JAXDRIVE_NUM_PROCESSES`` /
+``JAXDRIVE_PROCESS_ID`` environment variables). Process 0 creates the run directory
+(``logging.output_dir`` must be storage every process sees) and writes the metrics;
+every process saves and restores its part of the checkpoints. See docs/scale.md.
+
 Exit codes: 0 done (or stopped by Ctrl-C / SIGTERM after saving); 1 the run failed
 (disk full, training diverged), its checkpoints saved before are intact; 2 bad input
 (config, run directory, lock held, no intact checkpoint, too large for memory).
@@ -31,6 +39,14 @@ from pathlib import Path
 import jax
 
 from jaxdrive.config import ConfigError, parse_overrides
+from jaxdrive.distributed import (
+    DEFAULT_TIMEOUT_S,
+    DistributedError,
+    broadcast_text,
+    detect,
+    initialize,
+    is_main_process,
+)
 from jaxdrive.files import OutputError, UnsafeNameError
 from jaxdrive.runs.config import RunConfig, load_run_config
 from jaxdrive.runs.load import read_run_config
@@ -43,7 +59,8 @@ from jaxdrive.train.run import (
     train,
 )
 
-INPUT_ERRORS = (ConfigError, FileNotFoundError, RunLockedError, UnsafeNameError)
+INPUT_ERRORS = (ConfigError, FileNotFoundError, RunLockedError, UnsafeNameError,
+                DistributedError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,6 +77,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force-unlock", action="store_true",
                    help="with --resume: take over the run directory's lock even if another "
                         "process holds it (only when that process is surely gone)")
+    g = p.add_argument_group("multi-process jobs (every process runs the same command)")
+    g.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                   help="process 0's address and a free port (default: from the cluster "
+                        "runtime or JAXDRIVE_COORDINATOR_ADDRESS)")
+    g.add_argument("--num-processes", type=int, default=None, metavar="N",
+                   help="processes in the job")
+    g.add_argument("--process-id", type=int, default=None, metavar="I",
+                   help="this process, 0..N-1 (process 0 writes the run's files)")
+    g.add_argument("--distributed-timeout", type=int, default=DEFAULT_TIMEOUT_S,
+                   metavar="S", help="seconds to wait for the coordinator and every process "
+                   "to join, and for a silent process before the job stops (default "
+                   f"{DEFAULT_TIMEOUT_S})")
     return p
 
 
@@ -68,7 +97,9 @@ def _setup(args) -> tuple[RunConfig, Path]:
     overrides = parse_overrides(args.overrides)
     if not args.resume:
         config = load_run_config(args.config, overrides)
-        return config, new_run_dir(config, Path(args.config).stem)
+        # Process 0 names and creates the run directory; the others use its name.
+        made = str(new_run_dir(config, Path(args.config).stem)) if is_main_process() else None
+        return config, Path(broadcast_text(made))
     run_dir = Path(args.resume)
     config = read_run_config(run_dir, overrides)
     if args.config and load_run_config(args.config, overrides) != config:
@@ -105,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --config FILE or PRESET (e.g. configs/quickstart.yaml or quickstart) "
                 "or --resume RUN_DIR")
     try:
+        group = detect(args.coordinator_address, args.num_processes, args.process_id)
+        if group is not None:
+            print(f"joining a multi-process job (settings from {group.source}; waiting up "
+                  f"to {args.distributed_timeout} s for the coordinator and every process)",
+                  flush=True)
+        initialize(group, timeout_s=args.distributed_timeout,
+                   heartbeat_s=args.distributed_timeout)
         config, run_dir = _setup(args)
     except (*INPUT_ERRORS, OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -113,15 +151,16 @@ def main(argv: list[str] | None = None) -> int:
         metrics = train(config, run_dir, resume=bool(args.resume),
                         force_unlock=args.force_unlock)
     except BaseException as e:
-        if not args.resume and remove_unused_run_dir(run_dir):
+        if not args.resume and is_main_process() and remove_unused_run_dir(run_dir):
             print(f"note: removed {run_dir}: the run failed before saving anything",
                   file=sys.stderr)
         code = _failure(e, config, run_dir)
         if code is None:
             raise  # a bug: keep its traceback
         return code
-    for line in summary_lines(metrics, run_dir):
-        print(line)
+    if is_main_process():
+        for line in summary_lines(metrics, run_dir):
+            print(line)
     return 0
 
 

@@ -95,10 +95,14 @@ class Placement:
         return jax.jit(step, donate_argnums=donate_argnums, in_shardings=(sh, rep),
                        out_shardings=(sh, rep))
 
+    def jit_restart(self, restart, env_params: EnvParams):
+        """``restart(state, env_params) -> state`` jitted for this placement (state
+        donated), e.g. ``PPO.restart_envs`` when the training pool is replaced."""
+        if self.mesh is None:
+            return jax.jit(restart, donate_argnums=0)
+        sh = self.shardings(env_params)
+        return jax.jit(restart, donate_argnums=0, in_shardings=(sh, replicated(self.mesh)),
+                       out_shardings=sh)
 
-def data_mesh_size(mesh) -> int:
-    """Devices in ``mesh`` (1 without one)."""
-    return 1 if mesh is None else mesh.size
 
-
-__all__ = ["Placement", "data_mesh", "default_mesh", "procedural_params", "data_mesh_size"]
+__all__ = ["Placement", "data_mesh", "default_mesh", "procedural_params"]

@@ -37,11 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.distributed import any_process, describe, is_main_process
 from jaxdrive.env import Env, EnvParams, episode_steps
 from jaxdrive.eval.manager import EvalManager
 from jaxdrive.eval.suite import load_suite_file
 from jaxdrive.files import OutputError, atomic_write_text, safe_name
 from jaxdrive.models.policy import Policy, param_count
+from jaxdrive.parallel import gather_shares
 from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import Checkpointer
@@ -49,8 +51,8 @@ from jaxdrive.runs.config import RunConfig
 from jaxdrive.runs.load import load_policy, read_run_config, save_config
 from jaxdrive.runs.lock import LOCK_FILE, RunLock
 from jaxdrive.scenarios.pool import make_pool
-from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
+from jaxdrive.train.placement import Placement, default_mesh, procedural_params
 from jaxdrive.train.ppo import PPO
 from jaxdrive.train.validation import make_validator
 
@@ -61,12 +63,13 @@ CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
                 "val/goal_rate", "val/collision_rate", "val/offroad_rate")
 
 
-def build_env(config: RunConfig, seed: int, num_scenes: int) -> tuple[Env, EnvParams]:
-    """The env and a pool of ``num_scenes`` procedural scenes drawn with ``seed``."""
-    scenes = generate_batch(jax.random.key(seed), num_scenes, config.procedural,
-                            config.env.scenario)
+def build_env(config: RunConfig, seed: int, num_scenes: int,
+              mesh=None) -> tuple[Env, EnvParams]:
+    """The env and a pool of ``num_scenes`` procedural scenes drawn with ``seed``
+    (replicated over ``mesh`` when given; in a multi-process job each process generates
+    its share: ``jaxdrive.train.placement.procedural_params``)."""
     env = Env(config.env)
-    return env, env.make_params(make_pool(scenes, config.env.road_index))
+    return env, procedural_params(config, env, seed, num_scenes, mesh)
 
 
 class SceneStream:
@@ -78,7 +81,7 @@ class SceneStream:
     envs when ``done`` falls on a swap, as the uninterrupted run did.
     """
 
-    def __init__(self, config: RunConfig, env: Env, done: int):
+    def __init__(self, config: RunConfig, env: Env, done: int, place=lambda p: p):
         from jaxdrive.data import ScenarioDataset
 
         d = config.data
@@ -88,11 +91,12 @@ class SceneStream:
             d.path, d.pool_size, seed=d.seed, subset=d.subset,
             scenario_config=config.env.scenario, skip_batches=self.pool_index,
             prefetch=1 if self.refresh else 0,
-            transform=lambda s: env.make_params(make_pool(s, config.env.road_index)))
+            transform=lambda s: make_pool(s, config.env.road_index))
+        # Each process loads its own scenes (the dataset's per-process split); the pools
+        # of all processes are gathered here, in the main thread, into one replicated pool.
+        self._to_params = lambda pool: place(env.make_params(gather_shares(pool)))
         self._iter = iter(self.dataset)
-        self.params = next(self._iter)
-        self._restart = jax.jit(lambda ppo_restart, s, p: ppo_restart(s, p),
-                                static_argnums=0, donate_argnums=1)
+        self.params = self._to_params(next(self._iter))
 
     def describe(self) -> str:
         """The scene source in words, for the run's announcement (pool size, dataset size,
@@ -118,14 +122,14 @@ class SceneStream:
 
     def next_params(self) -> EnvParams:
         """Advance to the next pool and return its ``EnvParams`` (waits for the prefetch)."""
-        self.params = next(self._iter)
+        self.params = self._to_params(next(self._iter))
         self.pool_index += 1
         return self.params
 
-    def restart(self, ppo, state):
-        """``state`` with every env restarted on the current pool (``PPO.restart_envs``,
-        jitted; ``state`` is donated)."""
-        return self._restart(ppo.restart_envs, state, self.params)
+    def restart(self, restart_fn, state):
+        """``restart_fn(state, params)`` on the current pool: every env restarted
+        (``PPO.restart_envs`` jitted by ``Placement.jit_restart``; ``state`` donated)."""
+        return restart_fn(state, self.params)
 
     def close(self) -> None:
         """Stop the dataset's background thread."""
@@ -268,6 +272,8 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
       CheckpointError: resuming, and no intact checkpoint is left.
     """
     run_dir = Path(run_dir)
+    if not is_main_process():  # process 0 holds the lock for the whole job
+        return _Run(config, run_dir, resume, quiet).loop()
     with RunLock(run_dir, force=force_unlock) as lock:
         if lock.note and not quiet:
             print(f"note: {lock.note}", flush=True)
@@ -301,10 +307,14 @@ class _Run:
 
     def __init__(self, config: RunConfig, run_dir: Path, resume: bool, quiet: bool):
         self.config, self.run_dir, self.resume, self.quiet = config, run_dir, resume, quiet
+        # Process 0 writes the shared outputs (config, metrics, console, wandb, videos,
+        # evaluations); every process computes and takes part in checkpoints.
+        self.main = is_main_process()
+        quiet = quiet or not self.main
         self.log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
         # Inputs first: a missing co-player or a damaged checkpoint fails in seconds.
         self.co_players = [(p.policy, p.params) for p in map(load_policy, config.train.co_players)]
-        if not resume:
+        if not resume and self.main:
             save_config(config, run_dir / "config.yaml")
         self.t0 = time.perf_counter()
         self.ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
@@ -314,25 +324,26 @@ class _Run:
         self.start_it, wandb_id = 0, None
         if resume:
             state, meta = self.ckpt.restore(self.state, step=self.ckpt.latest_step())
-            self.state = jax.tree.map(_uncommitted, state)
+            # On a mesh the restored arrays already have the state's shardings.
+            self.state = state if self.mesh is not None else jax.tree.map(_uncommitted, state)
             self.start_it, wandb_id = int(meta["iteration"]), meta.get("wandb_id")
             self.log(f"resumed from iteration {self.start_it} "
                      f"({self.start_it * config.steps_per_iteration:,} agent-steps)")
         self.per_it = config.steps_per_iteration
         self.n_it = config.num_iterations
         if self.scenes is not None and self.scenes.restart_due(self.start_it):
-            self.state = self.scenes.restart(self.ppo, self.state)
+            self.state = self.scenes.restart(self.restart_fn, self.state)
         self._announce()
-        self.step_fn = jax.jit(_guarded(self.ppo.train_step), donate_argnums=0)
-        self.wandb = _wandb_writer(config, run_dir, wandb_id)
+        self.step_fn = self.placement.jit_step(_guarded(self.ppo.train_step), self.env_params)
+        self.wandb = _wandb_writer(config, run_dir, wandb_id) if self.main else None
         self.console = None if quiet else ConsoleProgress(
             self.n_it * self.per_it, self.start_it * self.per_it, keys=CONSOLE_KEYS)
         self.writers = Writers(JsonlWriter(run_dir / "metrics.jsonl",
-                                           resume_step=self.start_it * self.per_it),
-                               self.console, self.wandb)
+                                           resume_step=self.start_it * self.per_it)
+                               if self.main else None, self.console, self.wandb)
         self.saved_it = self.start_it if resume else -1
         self._build_extras()
-        if resume:
+        if resume and self.main:
             self._record_config()
 
     def _prepare_resume(self) -> dict:
@@ -361,22 +372,27 @@ class _Run:
     def _build(self, resume_meta: dict | None) -> None:
         """Env, scene source, validator, co-players, policy, PPO and its initial state."""
         config, t = self.config, self.config.train
+        self.mesh = default_mesh()
         self.scenes = None
+        self.env = Env(config.env)
+        self.policy = Policy.for_env(config.policy, self.env)
+        self.ppo = PPO(config, self.env, self.policy, self.co_players, mesh=self.mesh)
+        self.placement = Placement(self.ppo)
         if config.data.path:
-            self.env = Env(config.env)
             done = int(resume_meta["iteration"]) if resume_meta is not None else 0
-            self.scenes = SceneStream(config, self.env, done)
+            self.scenes = SceneStream(config, self.env, done, place=self.placement.env_params)
             self.env_params = self.scenes.params
         else:
-            self.env, self.env_params = build_env(config, t.seed, t.num_scenes)
-        self.validator = make_validator(config) if config.validation.every else None
-        co_players = self.co_players
-        if self.env.config.co_player_fraction > 0 and not co_players:
+            self.env_params = procedural_params(config, self.env, t.seed, t.num_scenes,
+                                                self.mesh)
+        self.restart_fn = self.placement.jit_restart(self.ppo.restart_envs, self.env_params)
+        # Validation, videos and evaluations run in process 0 only, on its own devices.
+        self.validator = (make_validator(config) if config.validation.every and self.main
+                          else None)
+        if self.env.config.co_player_fraction > 0 and not self.co_players:
             self.log("note: env.co_player_fraction > 0 and no train.co_players: co-players "
                      "act with the learner's current parameters (never trained on).")
-        self.policy = Policy.for_env(config.policy, self.env)
-        self.ppo = PPO(config, self.env, self.policy, co_players)
-        self.state = self.ppo.init(jax.random.key(t.seed + 1), self.env_params)
+        self.state = self.placement.init(t.seed + 1, self.env_params)
 
     def _announce(self) -> None:
         t = self.config.train
@@ -386,23 +402,36 @@ class _Run:
                  f"({param_count(self.state.params):,} params), {self.n_it} iterations of "
                  f"{self.per_it:,} agent-steps, backend {jax.default_backend()}; setup "
                  f"{time.perf_counter() - self.t0:.1f} s")
+        if self.mesh is not None:
+            self.log(f"data-parallel over {describe()}: {t.num_envs // self.mesh.size} "
+                     "envs per device")
         self.log(f"run directory: {self.run_dir}")
 
     def _build_extras(self) -> None:
         """The video recorder and the evaluation manager, when configured."""
         config = self.config
         self.recorder = None
+        self.evals = None
+        if not self.main:
+            return
         if config.video.every:
             self.recorder = Recorder(self.env, policy_actor(self.env, self.policy),
                                      config.video)
             _, self.video_params = build_env(config, config.validation.seed,
                                              config.video.num_envs)
-        self.evals = None
         if config.evaluation.suite_file:
             specs = load_suite_file(config.evaluation.suite_file, config.evaluation.suite,
                                     base_env=config.env, base_procedural=config.procedural)
             self.evals = EvalManager(specs, self.policy, self.run_dir,
                                      suite_file=config.evaluation.suite_file, log=self.log)
+
+    def host_params(self):
+        """The learner's parameters for process-local work (validation, videos,
+        evaluations): the state's own arrays on one device, a host copy of the
+        replicated parameters on a mesh."""
+        if self.mesh is None:
+            return self.state.params
+        return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), self.state.params)
 
     def save(self, it: int, metrics: dict) -> None:
         if it == self.saved_it:
@@ -421,7 +450,7 @@ class _Run:
         ids = np.arange(self.config.video.num_envs, dtype=np.int32)
         with VideoSink(self.recorder, self.run_dir / "videos", "train",
                        it * self.per_it) as sink:
-            record(self.recorder, self.state.params, self.video_params, ids, frames, sink,
+            record(self.recorder, self.host_params(), self.video_params, ids, frames, sink,
                    jax.random.key(it))
         metrics["time/video_s"] = time.perf_counter() - tv
         if self.wandb is not None:
@@ -432,7 +461,7 @@ class _Run:
     def run_evals(self, it: int, metrics: dict, final: bool) -> None:
         if self.evals.needs_checkpoint(it, final):
             self.save(it, metrics)
-        results, videos = self.evals.run(it, it * self.per_it, self.state.params,
+        results, videos = self.evals.run(it, it * self.per_it, self.host_params(),
                                          final=final)
         metrics.update(results)
         if self.wandb is not None:
@@ -441,7 +470,7 @@ class _Run:
 
     def run_validation(self, metrics: dict) -> None:
         tv = time.perf_counter()
-        result = self.validator.run(self.policy, self.state.params)
+        result = self.validator.run(self.policy, self.host_params())
         if result.status != "ok":
             raise RuntimeError(f"validation failed: {result.error}")
         metrics.update({f"val/{k}": v for k, v in result.metrics.items()})
@@ -476,11 +505,11 @@ class _Run:
         compile_s = None
         try:
             with _StopFlag() as stop:
-                while it < self.n_it and not stop.requested:
+                while it < self.n_it and not self._stop_agreed(stop):
                     if self.scenes is not None and it > self.start_it and \
                             self.scenes.swap_due(it):
                         self.env_params = self.scenes.next_params()
-                        self.state = self.scenes.restart(self.ppo, self.state)
+                        self.state = self.scenes.restart(self.restart_fn, self.state)
                     tic = time.perf_counter()
                     self.state, metrics = self.step_fn(self.state, self.env_params)
                     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -494,7 +523,7 @@ class _Run:
                         window_steps += per_it
                         window_s += dt
                         window_valid += metrics["rollout/valid_steps"]
-                    final = it == self.n_it or stop.requested
+                    final = it == self.n_it or self._stop_agreed(stop)
                     extra_due = self._between_steps(it, metrics, final)
                     if it % config.logging.every == 0 or final or extra_due:
                         if window_s > 0:
@@ -521,6 +550,13 @@ class _Run:
         self._close(raise_errors=True)
         return last
 
+    def _stop_agreed(self, stop: _StopFlag) -> bool:
+        """Whether a stop was requested here or, in a multi-process job, in any process
+        (every process then stops after the same iteration)."""
+        if jax.process_count() > 1:
+            stop.requested = any_process(stop.requested)
+        return stop.requested
+
     def _close(self, raise_errors: bool) -> None:
         """Closes the writers, the checkpointer and the scene stream, each even if another
         fails; re-raises the first failure if ``raise_errors``."""
@@ -538,6 +574,8 @@ class _Run:
 
     def _write(self, it: int, metrics: dict) -> None:
         metrics["iteration"] = it
+        metrics["devices"] = 1 if self.mesh is None else self.mesh.size
+        metrics["processes"] = jax.process_count()
         if self.scenes is not None:
             metrics["data/pool_index"] = self.scenes.pool_index
             metrics["time/data_wait_s"] = self.scenes.wait_seconds

@@ -1,0 +1,115 @@
+"""Data-parallel training over 8 fake CPU devices equals the single-device run.
+
+Two child processes (``tests/parallel_case.py``) train the same global configuration for
+three iterations: one on a single device (the plain program), one on a ``data`` mesh of
+8 devices (``--xla_force_host_platform_device_count=8``). Their metrics and parameters
+must agree up to the order of floating-point sums across devices; the compiled programs
+must hold no collective inside the rollout loop and one gradient reduction per update.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from jaxdrive.parallel import check_divisible
+
+CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parallel_case.py")
+RTOL = 1e-5
+# Metrics below this magnitude are differences of nearly equal numbers (the policy loss,
+# the approximate KL): compared with this absolute floor instead of relatively.
+METRIC_FLOOR = 1e-2
+COUNTS = ("rollout/valid_steps", "rollout/agent_episodes", "train/agents_with_episodes")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("parallel")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    procs = {n: subprocess.Popen([sys.executable, CASE, str(n), str(tmp / f"d{n}.npz")],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True) for n in (1, 8)}
+    out = {}
+    for n, p in procs.items():
+        log, _ = p.communicate(timeout=900)
+        assert p.returncode == 0, log[-3000:]
+        with open(tmp / f"d{n}.json") as f:
+            out[n] = (dict(np.load(tmp / f"d{n}.npz")), json.load(f))
+    return out
+
+
+def test_eight_devices_train_like_one(runs):
+    one, _ = runs[1]
+    eight, report = runs[8]
+    assert report["devices"] == 8 and runs[1][1]["devices"] == 1
+    assert one.keys() == eight.keys()
+    worst = {}
+    for k in one:
+        a, b = one[k].astype(np.float64), eight[k].astype(np.float64)
+        if k.startswith("params"):
+            scale = np.max(np.abs(a))
+        elif k.endswith(COUNTS):
+            np.testing.assert_array_equal(a, b, err_msg=k)  # integers: no rounding
+            continue
+        else:
+            scale = max(float(np.max(np.abs(a))), METRIC_FLOOR)
+        diff = float(np.nanmax(np.abs(a - b))) if a.size else 0.0
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=k)
+        worst[k] = diff / scale if diff > 0 else 0.0
+    key = max(worst, key=worst.get)
+    print(f"largest relative difference: {worst[key]:.2e} ({key})")
+    assert worst[key] <= RTOL, (key, worst[key])
+
+
+def test_rollout_holds_no_collective_in_its_loop(runs):
+    _, report = runs[8]
+    in_loop = [c for c in report["rollout_collectives"] if c["loop_depth"] > 0]
+    assert in_loop == []
+    # Only the episode count is summed across devices, once, after the loop.
+    assert [c["op"] for c in report["rollout_collectives"]] == ["all-reduce"]
+
+
+def test_gradients_reduced_once_per_update(runs):
+    _, report = runs[8]
+    step = report["step_collectives"]
+    depth = max(c["loop_depth"] for c in step)
+    assert depth == 2  # epochs -> minibatches
+    per_update = [c for c in step if c["loop_depth"] == depth]
+    grads = [c for c in per_update if not all(s.endswith("[]") for s in c["shapes"])]
+    assert len(grads) == 1 and grads[0]["op"] == "all-reduce"
+    # It carries every gradient: its non-scalar operands hold as many numbers as the
+    # parameters (XLA may lay a kernel's gradient out transposed, so count, not shapes).
+    size = lambda s: math.prod(int(d) for d in re.findall(r"\d+", s.split("[", 1)[1]))
+    assert sum(size(s) for s in grads[0]["shapes"] if not s.endswith("[]")) == \
+        report["param_count"]
+    others = [c for c in per_update if c is not grads[0]]
+    # Besides the gradients, only scalar loss statistics (valid counts, advantage
+    # moments) are summed per update; no data moves inside the update loop.
+    assert all(c["op"] == "all-reduce" and all(s.endswith("[]") for s in c["shapes"])
+               for c in others), others
+    print(f"per update: 1 gradient all-reduce ({len(grads[0]['shapes'])} tensors), "
+          f"{len(others)} scalar all-reduces; per iteration: "
+          f"{sum(c['op'] == 'all-gather' for c in step)} all-gathers (the batch)")
+
+
+def test_parameters_replicated_envs_split(runs):
+    _, report = runs[8]
+    assert report["params_replicated"] and report["opt_state_replicated"]
+    assert len(report["env_state_split"]) == report["env_state_leaves"]
+    assert set(report["env_state_split"]) == {8}
+
+
+def test_num_envs_must_divide_over_the_devices():
+    mesh = types.SimpleNamespace(size=8)
+    check_divisible(16, "train.num_envs", mesh)
+    with pytest.raises(ValueError, match=r"train.num_envs=12 .* 8 devices.*"
+                                         r"train.num_envs=8 .*train.num_envs=16"):
+        check_divisible(12, "train.num_envs", mesh)
