@@ -254,9 +254,9 @@ def recommend(records: Sequence[dict], key: str = "num_envs", tolerance: float =
     if pick.get("memory_mb") is None:
         memory = "compiled memory unknown"
     elif pick.get("fits"):
-        memory = f"{pick['memory_mb']:,.0f} MB compiled memory, fits the budget"
+        memory = f"{pick['memory_mb']:,.1f} MB compiled memory, fits the budget"
     else:
-        memory = f"{pick['memory_mb']:,.0f} MB compiled memory (budget unknown)"
+        memory = f"{pick['memory_mb']:,.1f} MB compiled memory (budget unknown)"
     reason = (f"largest {key} within {1 - tolerance:.0%} of the best measured "
               f"agent-steps/s ({best['agent_steps_per_s']:,.0f} at {key}="
               f"{best[key]}): {pick['agent_steps_per_s']:,.0f} agent-steps/s, {memory}")
@@ -360,7 +360,7 @@ def training_table(records: Sequence[dict]) -> str:
                     f"{_num(r.get('iteration_s'), '.3f'):>9}"
                     f"{_num(r.get('agent_steps_per_s'), ',.0f'):>15}"
                     f"{_num(r.get('trained_steps_per_s'), ',.0f'):>11}"
-                    f"{_num(r.get('memory_mb'), ',.0f'):>11}{fits:>6}  {r.get('status')}")
+                    f"{_num(r.get('memory_mb'), ',.1f'):>11}{fits:>6}  {r.get('status')}")
     return "\n".join(rows)
 
 
@@ -374,7 +374,7 @@ def eval_table(records: Sequence[dict]) -> str:
         rows.append(f"{r['batch_size']:>9}{_num(r.get('compile_s'), '.1f'):>11}"
                     f"{_num(r.get('batch_s'), '.3f'):>9}"
                     f"{_num(r.get('agent_steps_per_s'), ',.0f'):>15}"
-                    f"{_num(r.get('memory_mb'), ',.0f'):>11}{fits:>6}  {r.get('status')}")
+                    f"{_num(r.get('memory_mb'), ',.1f'):>11}{fits:>6}  {r.get('status')}")
     return "\n".join(rows)
 
 
