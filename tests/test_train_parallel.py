@@ -26,7 +26,7 @@ CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parallel_case.p
 RTOL = 1e-5
 # Metrics below this magnitude are differences of nearly equal numbers (the policy loss,
 # the approximate KL): compared with this absolute floor instead of relatively.
-METRIC_FLOOR = 1e-2
+METRIC_FLOOR = 0.1
 COUNTS = ("rollout/valid_steps", "rollout/agent_episodes", "train/agents_with_episodes")
 
 

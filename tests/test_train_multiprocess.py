@@ -1,0 +1,163 @@
+"""Multi-process training: two real processes on localhost (``jax.distributed``, CPU).
+
+The slow test trains 2 iterations in a 2-process job, saves, resumes the job for a third
+and compares with one process running the same global configuration. The fast tests
+cover how a job is recognised (flags, environment, SLURM, TPU) and the bounded waits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from jaxdrive.distributed import DistributedError, ProcessGroup, detect
+
+TINY = {
+    "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
+            "observation": {"num_partners": 3, "num_road": 20},
+            "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 12},
+    "procedural": {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 0.0,
+                                                      "t_junction": 0.0, "intersection": 0.0}},
+    "policy": {"kind": "mlp", "model_dim": 16, "token_dim": 8},
+    "train": {"seed": 3, "num_scenes": 4, "num_envs": 4, "rollout_steps": 5, "epochs": 2,
+              "minibatches": 2, "total_steps": 2 * 80},
+    "validation": {"every": 1, "num_scenes": 2},
+    "checkpoint": {"every": 1, "keep_last": 2},
+    "logging": {"every": 1, "run_name": "mp"},
+}
+STEPS_PER_IT = 4 * 4 * 5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items()
+            if k != "XLA_FLAGS" and not k.startswith(("JAXDRIVE_", "SLURM_", "TPU_"))}
+
+
+def _train(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "jaxdrive.train", *args], env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _job(args: list[str], timeout: float = 900) -> list[str]:
+    """Runs ``args`` as a 2-process job; returns each process's output."""
+    port = _free_port()
+    procs = [_train([*args, "--coordinator-address", f"localhost:{port}",
+                     "--num-processes", "2", "--process-id", str(i),
+                     "--distributed-timeout", "60"]) for i in range(2)]
+    logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode == 0, log[-3000:]
+    return logs
+
+
+def _params(run_dir):
+    from jaxdrive.runs.checkpoint import Checkpointer
+
+    raw, meta = Checkpointer(os.path.join(run_dir, "checkpoints")).restore_raw()
+    import jax
+
+    return meta["iteration"], [np.asarray(x) for x in jax.tree.leaves(raw["params"])]
+
+
+def _rows(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _run_dir(log: str) -> str:
+    return next(line.split(": ", 1)[1].strip() for line in log.splitlines()
+                if line.startswith("run directory: "))
+
+
+@pytest.mark.slow
+def test_two_processes_train_save_resume_like_one(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    out = ["--set", f"logging.output_dir={tmp_path / 'job'}"]
+    logs = _job(["--config", str(config), *out])
+    run_dir = _run_dir(logs[0])
+    assert "run directory" not in logs[1] and "finished" not in logs[1]  # process 1 quiet
+    more = ["--set", f"train.total_steps={3 * STEPS_PER_IT}"]
+    _job(["--resume", run_dir, *more])
+    single = _train(["--config", str(config), *more,
+                     "--set", f"logging.output_dir={tmp_path / 'single'}"])
+    log = single.communicate(timeout=900)[0]
+    assert single.returncode == 0, log[-3000:]
+    single_dir = _run_dir(log)
+
+    rows, ref = _rows(run_dir), _rows(single_dir)
+    assert [r["iteration"] for r in rows] == [1, 2, 3]  # written once, by process 0
+    assert {(r["devices"], r["processes"]) for r in rows} == {(2, 2)}
+    assert {(r["devices"], r["processes"]) for r in ref} == {(1, 1)}
+    worst = 0.0
+    for r, s in zip(rows, ref, strict=True):
+        for k, v in s.items():
+            if k.startswith(("sps", "time/", "devices", "processes")) or v is None:
+                continue
+            assert r[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k  # abs: near-zero losses
+            if v:
+                worst = max(worst, abs(r[k] - v) / abs(v))
+    it, params = _params(run_dir)
+    it_ref, params_ref = _params(single_dir)
+    assert it == it_ref == 3
+    for a, b in zip(params, params_ref, strict=True):
+        assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(b))
+    print(f"largest relative metric difference {worst:.2e}")
+
+
+def test_unreachable_coordinator_is_a_clear_error_in_bounded_time(tmp_path):
+    port = _free_port()  # nothing listens there
+    t0 = time.monotonic()
+    p = _train(["--config", "quickstart", "--coordinator-address", f"localhost:{port}",
+                "--num-processes", "2", "--process-id", "1", "--distributed-timeout", "3",
+                "--set", f"logging.output_dir={tmp_path}"])
+    log = p.communicate(timeout=120)[0]
+    assert p.returncode == 2
+    assert f"the coordinator localhost:{port} did not answer within 3 s" in log
+    assert time.monotonic() - t0 < 60
+    assert not any(tmp_path.iterdir())  # nothing created
+
+
+def test_job_detected_from_flags_environment_and_cluster():
+    assert detect(environ={}) is None
+    assert detect("h:1", 1, 0, environ={}) is None  # one process: nothing to join
+    assert detect("h:1234", 4, 3, environ={}) == ProcessGroup("flags", "h:1234", 4, 3)
+    env = {"JAXDRIVE_COORDINATOR_ADDRESS": "h:9", "JAXDRIVE_NUM_PROCESSES": "2",
+           "JAXDRIVE_PROCESS_ID": "1"}
+    assert detect(environ=env) == ProcessGroup("environment", "h:9", 2, 1)
+    assert detect("x:1", 2, 0, environ=env).source == "flags"  # flags win
+    assert detect(environ={"SLURM_NTASKS": "8", "SLURM_PROCID": "3"}) == \
+        ProcessGroup("slurm")
+    assert detect(environ={"SLURM_NTASKS": "1", "SLURM_PROCID": "0"}) is None
+    assert detect(environ={"TPU_WORKER_HOSTNAMES": "a,b,c,d"}) == ProcessGroup("tpu")
+    assert detect(environ={"TPU_WORKER_HOSTNAMES": "a"}) is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (("h:1", 2, None), "missing --process-id"),
+    (("h", 2, 0), "needs a port"),
+    (("h:1", 2, 2), r"process id 2 is not in 0..1"),
+])
+def test_bad_job_settings_name_the_fix(args, message):
+    with pytest.raises(DistributedError, match=message):
+        detect(*args, environ={})
+
+
+def test_bad_environment_value_names_the_variable():
+    with pytest.raises(DistributedError, match="JAXDRIVE_NUM_PROCESSES='two'"):
+        detect(environ={"JAXDRIVE_COORDINATOR_ADDRESS": "h:1",
+                        "JAXDRIVE_NUM_PROCESSES": "two", "JAXDRIVE_PROCESS_ID": "0"})
