@@ -23,6 +23,18 @@ the batches ``I, I + N, ...`` of every evaluator and writes a shard results file
 files are the N shards of one evaluation (same config, parameters, step) and writes the
 results file the serial run writes. ``merge`` exits 2 when the files do not merge (the
 message names them).
+
+Multi-process evaluation (``jaxdrive.distributed``): started once per process with
+``--coordinator-address HOST:PORT --num-processes P --process-id I`` (or the
+``JAXDRIVE_COORDINATOR_ADDRESS`` / ``JAXDRIVE_NUM_PROCESSES`` / ``JAXDRIVE_PROCESS_ID``
+environment variables, or under SLURM / a multi-host TPU slice), the processes join one
+JAX job before any device is used and every evaluator splits each batch over every
+device of every process (``jaxdrive.eval.evaluator``). Every process holds the whole
+results; process 0 alone writes the results file and the videos, the others write
+nothing (they print their evaluators' lines). ``--num-processes 1`` alone means one
+process whatever the environment says (the training-time manager starts its children
+so). Combined with ``--shard-id`` each shard is such a job. Exit code 2 also when the
+job cannot be joined.
 """
 
 from __future__ import annotations
@@ -31,9 +43,11 @@ import argparse
 import sys
 from pathlib import Path
 
+import jax
 import yaml
 
 from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
+from jaxdrive.distributed import DistributedError, ProcessGroup, detect, initialize
 from jaxdrive.eval.evaluators import make_evaluators
 from jaxdrive.eval.merge import merge_files
 from jaxdrive.eval.runner import (
@@ -45,7 +59,7 @@ from jaxdrive.eval.runner import (
 from jaxdrive.eval.shards import Shard, ShardError
 from jaxdrive.eval.suite import select_suite
 from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
-from jaxdrive.runs.load import load_policy
+from jaxdrive.runs.load import LoadedPolicy, load_policy
 
 # What bad input raises while the checkpoint, the suite and the output paths are read.
 INPUT_ERRORS = (ConfigError, OSError, ValueError, yaml.YAMLError)
@@ -68,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="evaluate only shard I (0 <= I < N) of --num-shards N")
     p.add_argument("--num-shards", type=int, default=None, metavar="N",
                    help="number of shards the evaluation is split into")
+    p.add_argument("--coordinator-address", default=None, metavar="HOST:PORT",
+                   help="multi-process job: process 0's coordination service")
+    p.add_argument("--num-processes", type=int, default=None, metavar="P",
+                   help="multi-process job: number of processes (1 alone: a single "
+                        "process, whatever the environment says)")
+    p.add_argument("--process-id", type=int, default=None, metavar="I",
+                   help="multi-process job: this process's index (0 <= I < P)")
     return p
 
 
@@ -87,6 +108,52 @@ def _shard(args) -> Shard | None:
     if args.shard_id is None or args.num_shards is None:
         raise ShardError("--shard-id and --num-shards go together; give both.")
     return Shard(args.shard_id, args.num_shards)
+
+
+def _process_group(args) -> ProcessGroup | None:
+    """The job this process joins (``jaxdrive.distributed.detect``), None for one process.
+    Raises DistributedError."""
+    if (args.num_processes == 1 and args.coordinator_address is None
+            and args.process_id is None):
+        return None
+    return detect(args.coordinator_address, args.num_processes, args.process_id)
+
+
+def _load(run_dir: str, which: str) -> LoadedPolicy:
+    """``load_policy``; in a multi-process job each process restores the parameters onto
+    its first local device (``restore_raw`` would place them as saved, on a device of a
+    one-process job, which orbax refuses as a topology mismatch)."""
+    if jax.process_count() == 1:
+        return load_policy(run_dir, which=which)
+    import orbax.checkpoint as ocp
+
+    from jaxdrive.env import Env
+    from jaxdrive.models.policy import Policy
+    from jaxdrive.runs.checkpoint import Checkpointer, find_checkpoints
+    from jaxdrive.runs.load import read_run_config
+
+    ckpt_dir = find_checkpoints(run_dir)
+    config = read_run_config(ckpt_dir.parent)
+    local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    ckpt = Checkpointer(ckpt_dir)
+    try:
+        try:  # the checks and the choice of step of ``restore_raw`` (integrity included)
+            manager, step = ckpt._resolve_step(None, which)
+        except FileNotFoundError:
+            if which != "best":
+                raise
+            manager, step = ckpt._resolve_step(None, "last")
+        target = jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=local),
+            manager.item_metadata(step)["state"].tree)
+        restored = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target), metadata=ocp.args.JsonRestore()))
+    finally:
+        ckpt.close()
+    meta = restored["metadata"]
+    return LoadedPolicy(policy=Policy.for_env(config.policy, Env(config.env)),
+                        params=restored["state"]["params"], config=config,
+                        step=int(meta.get("step", 0)), run_dir=ckpt_dir.parent)
 
 
 def _checked(flag: str, path, check) -> Path:
@@ -116,14 +183,17 @@ def _outputs(args, evaluators, shard: Shard | None = None) -> tuple[Path, Path |
     return out_file or out_dir / name, out_dir
 
 
-def _report(result: SuiteResult, path: Path) -> int:
+def _report(result: SuiteResult, path: Path | None) -> int:
     """Write the results (atomically, or to a fallback with an error line), print one
-    line per evaluator and the paths; returns the exit code."""
-    try:
-        written, problem = write_or_fallback(path, result.to_json())
-    except OutputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    line per evaluator and the paths; returns the exit code. ``path`` None: write
+    nothing (a process other than 0 of a multi-process job)."""
+    written, problem = None, None
+    if path is not None:
+        try:
+            written, problem = write_or_fallback(path, result.to_json())
+        except OutputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     for r in result.results:
         if r.status == "ok" and r.shard is not None:
             print(f"{r.name}: shard of {len(r.episodes)} episodes, "
@@ -136,7 +206,11 @@ def _report(result: SuiteResult, path: Path) -> int:
             print(f"{r.name}: FAILED: {r.error.splitlines()[0]}")
     for v in result.videos:
         print(v)
-    print(f"results: {written}")
+    if written is None:
+        print(f"results: written by process 0 (this is process {jax.process_index()} of "
+              f"{jax.process_count()})")
+    else:
+        print(f"results: {written}")
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -166,19 +240,26 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         shard = _shard(args)
-    except ShardError as e:
+        # Joins a multi-process job first thing, before anything touches a device.
+        initialize(_process_group(args))
+    except (ShardError, DistributedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    main_process = jax.process_index() == 0
     try:
-        loaded = load_policy(args.checkpoint, which=args.which)
+        loaded = _load(args.checkpoint, args.which)
         data = load_yaml(resolve_config_path(args.config))
         specs = select_suite(data, args.suite, loaded.config.env, loaded.config.procedural)
         evaluators = make_evaluators(specs)
-        path, out_dir = _outputs(args, evaluators, shard)
+        if main_process:
+            path, out_dir = _outputs(args, evaluators, shard)
+        else:  # the others write nothing, but refuse what process 0 refuses
+            check_output_names(evaluators, Path(args.output_root).expanduser() / "eval")
+            path, out_dir = None, None
     except INPUT_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     result = run_evaluators(evaluators, loaded.policy, loaded.params, out_dir=out_dir,
-                            step=loaded.step, progress=not args.no_progress,
+                            step=loaded.step, progress=main_process and not args.no_progress,
                             checkpoint=str(loaded.run_dir), shard=shard)
     return _report(result, path)

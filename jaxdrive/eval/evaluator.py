@@ -1,5 +1,5 @@
 """The ``Evaluator`` base: scenario batches through the jitted episode rollout, sharded
-over the local devices, reduced to an ``EvalResult``.
+over the devices, reduced to an ``EvalResult``.
 
 The loop lives here; subclasses override narrow hooks only. A type names its config
 (``Config``, an ``EvaluatorConfig`` subclass with the type's own keys, read as
@@ -18,10 +18,24 @@ The loop lives here; subclasses override narrow hooks only. A type names its con
 - ``aggregate(rows, extras)``: metrics and per-scenario arrays from the fetched rows.
 
 Every scenario is played exactly once: the ids are cut into batches of
-``batch_size`` (rounded up to a multiple of the local device count), the last batch
+``batch_size`` (rounded up to a multiple of the device count), the last batch
 padded with masked rows (``run(shard=...)`` plays only a shard's batches, see
 ``jaxdrive.eval.shards``). Each batch is one call of a function compiled once per
 evaluator and reused across calls (new parameters do not recompile).
+
+Devices: one process splits each batch over its local devices (a 1-D ``scenarios``
+mesh). In a multi-process job (``jax.process_count() > 1``, ``jaxdrive.distributed``)
+the mesh spans every device of every process: every process runs every batch together,
+each supplying the rows its own devices hold (cut from the whole batch of scenario ids,
+which every process knows: ``process_rows``), and the fetched rows are gathered
+(``process_allgather``) so that every process holds the whole result and reduces it
+exactly as one process would. The parameters and the scene pool are replicated. Only
+process 0 renders videos (on its first local device, alone). Each row's episode
+depends on its scenario id, its place in the batch and the batch's key only, so
+whenever the batch size is the same (a ``batch_size`` that is a multiple of the device
+count) the episode records and counts equal the single-device run's exactly (float
+terms computed per row may differ in the last bits: XLA compiles the per-device
+program for fewer rows).
 """
 
 from __future__ import annotations
@@ -47,6 +61,7 @@ from jaxdrive.files import UnsafeNameError, confined, safe_name
 from jaxdrive.metrics.episode import rates as episode_rates
 from jaxdrive.metrics.registry import Metric, episode_metrics
 from jaxdrive.metrics.trials import adaptation_metrics
+from jaxdrive.parallel import to_global
 from jaxdrive.render.record import Recorder, VideoConfig, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.scenarios.pool import make_pool
@@ -124,6 +139,61 @@ def base_metrics(rows: dict[str, np.ndarray], metrics: tuple[Metric, ...]) -> di
         "scenarios": float(len(ego)),
         "finished_rate": float(np.mean(rows["finished"])) if len(ego) else 0.0,
     }
+
+
+def process_rows(batch: int, device_processes: list[int], process: int
+                 ) -> list[tuple[int, int]]:
+    """The rows ``[lo, hi)`` of a batch of ``batch`` rows that the devices of ``process``
+    hold, on a ``scenarios`` mesh whose devices belong to ``device_processes`` (each
+    device's process index, in mesh order; ``batch`` a multiple of their count): device
+    k holds rows ``[k * batch / d, (k + 1) * batch / d)``. Adjacent ranges are joined."""
+    d = len(device_processes)
+    if batch % d:
+        raise ValueError(f"a batch of {batch} rows does not split over {d} devices")
+    per = batch // d
+    out: list[tuple[int, int]] = []
+    for k, p in enumerate(device_processes):
+        if p != process:
+            continue
+        if out and out[-1][1] == k * per:
+            out[-1] = (out[-1][0], (k + 1) * per)
+        else:
+            out.append((k * per, (k + 1) * per))
+    return out
+
+
+def _multi_process() -> bool:
+    return jax.process_count() > 1
+
+
+def _replicate(tree, sharding: NamedSharding):
+    """``tree`` (host or local arrays, equal on every process) replicated over the
+    devices of ``sharding`` 's mesh: unchanged on one device; ``device_put`` in one
+    process (parameters restored from a checkpoint sit on one device, which a program
+    over several refuses); global arrays in a multi-process job (those already global
+    are kept)."""
+    if sharding.mesh.size == 1:
+        return tree
+    if not _multi_process():
+        return jax.device_put(tree, sharding)
+
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return x
+        return to_global(x, sharding)
+
+    return jax.tree.map(one, tree)
+
+
+def _fetch(tree):
+    """The whole of ``tree`` as NumPy on this process: ``device_get`` in a single
+    process; in a multi-process job every process's rows gathered (a collective every
+    process joins)."""
+    if not _multi_process():
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(tree, tiled=True)
 
 
 class PoolCache:
@@ -260,13 +330,22 @@ class Evaluator:
         env_params = env.make_params(pool)
         n = pool.size
         ids = self.scenario_ids(n)
-        devices = jax.local_devices()
+        # Every device of every process in a multi-process job (``jax.devices()`` is
+        # ordered by process); the local ones otherwise.
+        devices = jax.devices() if _multi_process() else jax.local_devices()
         d = len(devices)
         batch = min(self.spec.batch_size, len(ids))
         batch = -(-batch // d) * d
         mesh = Mesh(np.array(devices), ("scenarios",))
         rows = NamedSharding(mesh, PartitionSpec("scenarios"))
-        env_params = jax.device_put(env_params, NamedSharding(mesh, PartitionSpec()))
+        replicated = NamedSharding(mesh, PartitionSpec())
+        local_env_params = None
+        if _multi_process():
+            if jax.process_index() == 0 and self.spec.render.enabled:
+                local_env_params = env_params  # process 0 renders alone, on these
+            env_params = to_global(env_params, replicated)
+        else:
+            env_params = jax.device_put(env_params, replicated)
         hook = self.step_hook(env)
         steps = self.num_steps(env)
         runs = {}
@@ -277,7 +356,8 @@ class Evaluator:
         # Compiled once, at the first batch (ahead of time: its compile time is measured).
         compiled: dict = {}
         self._setup = dict(env=env, env_params=env_params, ids=ids, batch=batch,
-                           rows=rows, runs=runs, compiled=compiled, steps=steps)
+                           rows=rows, replicated=replicated, runs=runs, compiled=compiled,
+                           steps=steps, local_env_params=local_env_params)
         self._setup_key = key
         return self._setup
 
@@ -326,10 +406,11 @@ class Evaluator:
         indices = range(total) if shard is None else shard.batches(total)
         fetched: dict[str, list] = {name: [] for name in s["runs"]}
         key = jax.random.key(self.spec.seed)
+        placed = _replicate(params, s["replicated"])  # unchanged on one device
         done = 0
         for name in s["runs"]:
             for i in indices:
-                fetched[name].append(self._run_batch(name, params, i, key, result))
+                fetched[name].append(self._run_batch(name, placed, i, key, result))
                 done += 1
                 if progress is not None:
                     progress(done, len(indices) * len(s["runs"]))
@@ -338,8 +419,10 @@ class Evaluator:
         else:
             self._finish_shard(result, fetched, indices)
         if (self.spec.render.enabled and out_dir is not None
-                and (shard is None or shard.id == 0)):
-            result.videos = self._render(policy, params, out_dir, step)
+                and (shard is None or shard.id == 0) and jax.process_index() == 0):
+            # Process 0 of a job renders alone: on its local parameters.
+            result.videos = self._render(policy, params if _multi_process() else placed,
+                                         out_dir, step)
 
     def num_batches(self) -> int:
         """Batches one rollout of the scenario set takes (after ``_build``)."""
@@ -356,13 +439,18 @@ class Evaluator:
         valid[:len(chunk)] = True
         padded = np.zeros((batch,), np.int32)
         padded[:len(chunk)] = chunk
-        args = (params, s["env_params"], jax.device_put(padded, s["rows"]),
-                jax.device_put(valid, s["rows"]), jax.random.fold_in(key, i))
+        if _multi_process():  # each process supplies the rows its devices hold
+            args = (params, s["env_params"], to_global(padded, s["rows"]),
+                    to_global(valid, s["rows"]),
+                    to_global(jax.random.fold_in(key, i), s["replicated"]))
+        else:
+            args = (params, s["env_params"], jax.device_put(padded, s["rows"]),
+                    jax.device_put(valid, s["rows"]), jax.random.fold_in(key, i))
         if name not in s["compiled"]:
             tc = time.perf_counter()
             s["compiled"][name] = s["runs"][name].lower(*args).compile()
             result.compile_seconds += time.perf_counter() - tc
-        record, extra = jax.device_get(s["compiled"][name](*args))
+        record, extra = _fetch(s["compiled"][name](*args))
         return record.rows(), extra
 
     def finish(self, result: EvalResult, fetched: dict[str, list],
@@ -446,8 +534,10 @@ class Evaluator:
             s["recorder"] = Recorder(env, actor, video)
         recorder = s["recorder"]
         frames = r.steps or episode_steps(env)
+        # In a multi-process job process 0 renders alone, on its local copies.
+        env_params = s["local_env_params"] if _multi_process() else s["env_params"]
         with VideoSink(recorder, self.output_dir(out_dir), "render", step,
                        env_indices=[int(i) for i in ids]) as sink:
-            record(recorder, params, s["env_params"], ids, frames, sink,
+            record(recorder, params, env_params, ids, frames, sink,
                    jax.random.key(self.spec.seed))
         return [str(p) for p in sink.paths.values()]

@@ -10,6 +10,17 @@ Everything an evaluator reports is logged as ``NAME/metric``, plus
 ``NAME/eval_seconds`` and ``NAME/compile_seconds``; results files go to
 ``RUN_DIR/eval/stepSTEP.json`` and videos to ``RUN_DIR/eval/NAME/render/VIEW/``.
 
+Placement of the children (``evaluation.subprocess_device`` of the run config,
+``child_environment``): a child must not fight the training process for its
+accelerator, and JAX is placed only through the environment a process starts with. With
+``cpu`` (the default) the child sees no accelerator (``JAX_PLATFORMS=cpu``,
+``CUDA_VISIBLE_DEVICES=""``); with ``same`` it shares the trainer's GPU, allocating on
+demand (``XLA_PYTHON_CLIENT_PREALLOCATE=false``) up to
+``evaluation.subprocess_memory_fraction`` of its memory
+(``XLA_PYTHON_CLIENT_MEM_FRACTION``). Either way the child is one process on its own:
+the ``JAXDRIVE_*`` job variables are removed from its environment and it is started with
+``--num-processes 1`` (SLURM / TPU variables are then ignored).
+
 Evaluator names become directories only through ``Evaluator.output_dir`` and
 ``jaxdrive.files.confined``: a name that would leave ``RUN_DIR/eval`` is refused when
 the manager is built, before training starts. A results file that cannot be written
@@ -20,8 +31,10 @@ directory with a warning saying where; training goes on.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from jaxdrive.eval.evaluator import EvalResult, PoolCache
@@ -29,6 +42,52 @@ from jaxdrive.eval.evaluators import make_evaluators
 from jaxdrive.eval.runner import SuiteResult, check_output_names
 from jaxdrive.eval.suite import EvaluatorSpec
 from jaxdrive.files import OutputError, confined, safe_name, write_or_fallback
+from jaxdrive.runs.config import EvaluationConfig
+
+# The variables that make a process join a multi-process job (``jaxdrive.distributed``);
+# a child evaluator never inherits them.
+_JOB_VARIABLES = ("JAXDRIVE_COORDINATOR_ADDRESS", "JAXDRIVE_NUM_PROCESSES",
+                  "JAXDRIVE_PROCESS_ID")
+_PLACEMENT_VARIABLES = ("JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES",
+                        "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+
+def child_environment(evaluation: EvaluationConfig,
+                      base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a subprocess evaluator: ``base`` (default ``os.environ``)
+    without the multi-process job variables, with the placement of
+    ``evaluation.subprocess_device`` (see the module doc):
+
+    - ``cpu``: ``JAX_PLATFORMS=cpu``, ``CUDA_VISIBLE_DEVICES=""`` (no accelerator; a
+      memory limit inherited from the trainer is dropped);
+    - ``same``: the trainer's platform and visible devices, with
+      ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` and ``XLA_PYTHON_CLIENT_MEM_FRACTION`` =
+      ``subprocess_memory_fraction``.
+    """
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k not in _JOB_VARIABLES}
+    if evaluation.subprocess_device == "cpu":
+        env.pop("XLA_PYTHON_CLIENT_MEM_FRACTION", None)
+        env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
+        env["JAX_PLATFORMS"] = "cpu"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{float(evaluation.subprocess_memory_fraction):g}"
+    return env
+
+
+def _run_evaluation_config(run_dir: Path) -> EvaluationConfig:
+    """The ``evaluation`` section of ``RUN_DIR/config.yaml`` (defaults when the file or
+    the section is missing or unreadable: the trainer has checked it already)."""
+    from jaxdrive.config import ConfigError, read_yaml_file
+
+    path = run_dir / "config.yaml"
+    try:
+        section = read_yaml_file(str(path)).get("evaluation") or {}
+        return EvaluationConfig.from_dict(section, "evaluation")
+    except ConfigError:  # placement falls back to the safe default
+        return EvaluationConfig()
 
 
 def result_metrics(result: EvalResult) -> dict[str, float]:
@@ -49,13 +108,18 @@ class EvalManager:
       run_dir: the training run directory.
       suite_file, suite: where the specs came from (for subprocess evaluators).
       log: a ``print``-like function for warnings.
+      evaluation: the run's ``evaluation`` config, for the placement of subprocess
+        evaluators (``child_environment``); default: read from ``RUN_DIR/config.yaml``
+        when the first child starts (the defaults if there is none).
 
     Raises:
       UnsafeNameError: an evaluator name that would leave ``RUN_DIR/eval``.
     """
 
     def __init__(self, specs: list[EvaluatorSpec], policy, run_dir: str | Path,
-                 suite_file: str | None = None, log=print):
+                 suite_file: str | None = None, log=print,
+                 evaluation: EvaluationConfig | None = None):
+        self.evaluation = evaluation
         self.specs = [s for s in specs if s.enabled and s.interval > 0]
         self.policy = policy
         self.run_dir = Path(run_dir)
@@ -138,11 +202,15 @@ class EvalManager:
         out = directory / f"step{step:010d}.json"
         cmd = [sys.executable, "-m", "jaxdrive.eval", "--config", self.suite_file,
                "--checkpoint", str(self.run_dir), "--which", "last", "--suite", spec.name,
-               "--out", str(out), "--output-root", str(directory), "--no-progress"]
+               "--out", str(out), "--output-root", str(directory), "--no-progress",
+               "--num-processes", "1"]
+        if self.evaluation is None:
+            self.evaluation = _run_evaluation_config(self.run_dir)
+        env = child_environment(self.evaluation)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             with open(out.with_suffix(".log"), "w") as log:
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         except OSError as e:
             self.log(f"warning: subprocess evaluator {spec.name} (step {step}) not started: "
                      f"cannot write {out.with_suffix('.log')}: {e.strerror or e}")

@@ -11,7 +11,7 @@ than batches) is valid and empty.
 A shard's results file is an ordinary results file plus:
 
 - top level ``shard``: ``{"id", "num_shards", "split": "batch round-robin",
-  "format", "params_sha256", "devices"}``;
+  "format", "params_sha256", "devices"}`` (``devices``: of every process of the job);
 - each evaluator's ``shard``: ``ids`` (the scenario ids of the whole run), ``batch``,
   ``rollouts``, ``num_batches`` (over rollouts), ``indices`` (this shard's batches) and
   ``actors``: per actor, per batch, the fetched rows (padding and ``valid`` included) and
@@ -88,7 +88,7 @@ def shard_header(shard: Shard, params) -> dict:
     import jax
 
     return {"id": shard.id, "num_shards": shard.num, "split": SPLIT, "format": SHARD_FORMAT,
-            "params_sha256": params_digest(params), "devices": jax.local_device_count()}
+            "params_sha256": params_digest(params), "devices": jax.device_count()}
 
 
 # ------------------------------------------------------------------ exact arrays in JSON

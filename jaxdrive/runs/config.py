@@ -46,6 +46,7 @@ from jaxdrive.render.record import VideoConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
 LR_SCHEDULES = ("constant", "linear")
+SUBPROCESS_DEVICES = ("cpu", "same")  # EvaluationConfig.subprocess_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,13 +200,31 @@ class EvaluationConfig(ConfigBase):
         training (``validation`` still runs).
       suite: suite or evaluator name in that file (None = every enabled evaluator).
         Evaluators run when their ``interval`` divides the iteration, and at the end.
+      subprocess_device: where ``mode: subprocess`` evaluators run
+        (``jaxdrive.eval.manager.child_environment``): ``cpu`` (default) hides every
+        accelerator from the child (``JAX_PLATFORMS=cpu``, ``CUDA_VISIBLE_DEVICES=""``);
+        ``same`` puts it on the training process's accelerator (GPU) without
+        preallocation and capped at ``subprocess_memory_fraction`` of its memory. ``cpu``
+        is the default because it is the only placement that cannot fail or slow the
+        training: the trainer preallocates most of its GPU's memory (75% by default),
+        a child with JAX's defaults would try to take 75% more, and a TPU is held by one
+        process. Choose ``same`` on a GPU with room to spare (cap the trainer too, with
+        ``XLA_PYTHON_CLIENT_MEM_FRACTION``), when evaluating on the CPU is too slow.
+      subprocess_memory_fraction: with ``same``, the fraction (0, 1] of the accelerator's
+        memory the child may use (``XLA_PYTHON_CLIENT_MEM_FRACTION``); unused with
+        ``cpu``.
     """
 
     suite_file: str | None = None
     suite: str | None = None
+    subprocess_device: str = "cpu"
+    subprocess_memory_fraction: float = 0.2
 
     def __post_init__(self):
         check_path("suite_file", self.suite_file)
+        check_choice("subprocess_device", self.subprocess_device, SUBPROCESS_DEVICES)
+        check_range("subprocess_memory_fraction", self.subprocess_memory_fraction, 0.0, 1.0,
+                    lo_open=True)
 
 
 @dataclasses.dataclass(frozen=True)
