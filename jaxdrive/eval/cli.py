@@ -120,40 +120,9 @@ def _process_group(args) -> ProcessGroup | None:
 
 
 def _load(run_dir: str, which: str) -> LoadedPolicy:
-    """``load_policy``; in a multi-process job each process restores the parameters onto
-    its first local device (``restore_raw`` would place them as saved, on a device of a
-    one-process job, which orbax refuses as a topology mismatch)."""
-    if jax.process_count() == 1:
-        return load_policy(run_dir, which=which)
-    import orbax.checkpoint as ocp
-
-    from jaxdrive.env import Env
-    from jaxdrive.models.policy import Policy
-    from jaxdrive.runs.checkpoint import Checkpointer, find_checkpoints
-    from jaxdrive.runs.load import read_run_config
-
-    ckpt_dir = find_checkpoints(run_dir)
-    config = read_run_config(ckpt_dir.parent)
-    local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    ckpt = Checkpointer(ckpt_dir)
-    try:
-        try:  # the checks and the choice of step of ``restore_raw`` (integrity included)
-            manager, step = ckpt._resolve_step(None, which)
-        except FileNotFoundError:
-            if which != "best":
-                raise
-            manager, step = ckpt._resolve_step(None, "last")
-        target = jax.tree.map(
-            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=local),
-            manager.item_metadata(step)["state"].tree)
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(target), metadata=ocp.args.JsonRestore()))
-    finally:
-        ckpt.close()
-    meta = restored["metadata"]
-    return LoadedPolicy(policy=Policy.for_env(config.policy, Env(config.env)),
-                        params=restored["state"]["params"], config=config,
-                        step=int(meta.get("step", 0)), run_dir=ckpt_dir.parent)
+    """``load_policy``: every process restores the parameters onto its own first device
+    (``Checkpointer.restore_raw`` does so whatever mesh saved them)."""
+    return load_policy(run_dir, which=which)
 
 
 def _checked(flag: str, path, check) -> Path:

@@ -40,6 +40,7 @@ program for fewer rows).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -162,8 +163,24 @@ def process_rows(batch: int, device_processes: list[int], process: int
     return out
 
 
+_LOCAL_ONLY = [False]
+
+
+@contextlib.contextmanager
+def local_devices_only():
+    """Within: evaluators use this process's own devices even in a multi-process job
+    (for what one process runs alone, e.g. a training job's evaluations and videos in
+    process 0; an evaluator built within should also run within)."""
+    before = _LOCAL_ONLY[0]
+    _LOCAL_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _LOCAL_ONLY[0] = before
+
+
 def _multi_process() -> bool:
-    return jax.process_count() > 1
+    return jax.process_count() > 1 and not _LOCAL_ONLY[0]
 
 
 def _replicate(tree, sharding: NamedSharding):

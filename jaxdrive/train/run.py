@@ -39,6 +39,7 @@ import numpy as np
 
 from jaxdrive.distributed import any_process, describe, is_main_process
 from jaxdrive.env import Env, EnvParams, episode_steps
+from jaxdrive.eval.evaluator import local_devices_only
 from jaxdrive.eval.manager import EvalManager
 from jaxdrive.eval.suite import load_suite_file
 from jaxdrive.files import OutputError, atomic_write_text, safe_name
@@ -386,9 +387,9 @@ class _Run:
             self.env_params = procedural_params(config, self.env, t.seed, t.num_scenes,
                                                 self.mesh)
         self.restart_fn = self.placement.jit_restart(self.ppo.restart_envs, self.env_params)
-        # Validation, videos and evaluations run in process 0 only, on its own devices.
-        self.validator = (make_validator(config) if config.validation.every and self.main
-                          else None)
+        # Validation runs in every process (an evaluator over all devices of the job);
+        # videos and evaluations in process 0 only, on its own devices.
+        self.validator = make_validator(config) if config.validation.every else None
         if self.env.config.co_player_fraction > 0 and not self.co_players:
             self.log("note: env.co_player_fraction > 0 and no train.co_players: co-players "
                      "act with the learner's current parameters (never trained on).")
@@ -423,7 +424,8 @@ class _Run:
             specs = load_suite_file(config.evaluation.suite_file, config.evaluation.suite,
                                     base_env=config.env, base_procedural=config.procedural)
             self.evals = EvalManager(specs, self.policy, self.run_dir,
-                                     suite_file=config.evaluation.suite_file, log=self.log)
+                                     suite_file=config.evaluation.suite_file, log=self.log,
+                                     evaluation=config.evaluation)
 
     def host_params(self):
         """The learner's parameters for process-local work (validation, videos,
@@ -459,8 +461,8 @@ class _Run:
                                      it * self.per_it)
 
     def run_evals(self, it: int, metrics: dict, final: bool) -> None:
-        if self.evals.needs_checkpoint(it, final):
-            self.save(it, metrics)
+        """The evaluations due after iteration ``it`` (its checkpoint, when a subprocess
+        evaluator needs one, is saved by ``_between_steps``)."""
         results, videos = self.evals.run(it, it * self.per_it, self.host_params(),
                                          final=final)
         metrics.update(results)
@@ -485,12 +487,17 @@ class _Run:
                                                    or it == self.n_it)
         if val_due:
             self.run_validation(metrics)
-        if video_due:
-            self.run_video(it, metrics)
         eval_due = self.evals is not None and (bool(self.evals.due(it, it == self.n_it))
                                                or self.evals.pending > 0)
-        if eval_due:
-            self.run_evals(it, metrics, final=it == self.n_it)
+        # A subprocess evaluator reads the checkpoint saved just before: every process
+        # takes part in that save, so they all learn whether process 0 needs it.
+        if any_process(eval_due and self.evals.needs_checkpoint(it, it == self.n_it)):
+            self.save(it, metrics)
+        with local_devices_only():  # process 0 alone in a multi-process job
+            if video_due:
+                self.run_video(it, metrics)
+            if eval_due:
+                self.run_evals(it, metrics, final=it == self.n_it)
         return val_due or video_due or eval_due
 
     def loop(self) -> dict:
