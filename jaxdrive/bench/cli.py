@@ -18,7 +18,9 @@ multi-trial episodes (``goal_behavior: trial``, K trials of the default timeout)
 ``policy``, ``train``, ``render`` and ``eval`` time the policy's paths, whole PPO
 iterations, recordings (env steps with on-device frames) and evaluations; see
 ``jaxdrive.bench.policy``, ``jaxdrive.bench.train``, ``jaxdrive.bench.render`` and
-``jaxdrive.bench.eval``.
+``jaxdrive.bench.eval``. ``train --devices 1,2,4,8`` times the data-parallel step on
+that many (fake CPU) devices, one worker process per count, interleaved; ``--mesh`` runs
+the data-mesh path even on one device (``jaxdrive.bench.scale``).
 """
 
 from __future__ import annotations
@@ -247,6 +249,15 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--repeats", type=int, default=5, help="timed iterations (median reported)")
     t.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="run config override, e.g. train.num_envs=256")
+    t.add_argument("--devices", default=None, metavar="N[,N...]",
+                   help="device counts, e.g. 1,2,4,8: one worker process per count (fake "
+                        "CPU devices via XLA_FLAGS=--xla_force_host_platform_device_count), "
+                        "timed iterations interleaved round robin; see jaxdrive.bench.scale")
+    t.add_argument("--mesh", nargs="?", const="on", default="off",
+                   choices=["off", "on", "both"],
+                   help="--mesh (on): the data-mesh path even on one device; --mesh both "
+                        "(with --devices): one device both plain and with the mesh. More "
+                        "than one device always uses the mesh")
     t.add_argument("--json", default="bench_train.json", help="output file")
     r = sub.add_parser("render", help="time recordings: env steps + on-device frames")
     r.add_argument("--envs", type=int, default=64)
@@ -388,19 +399,37 @@ def _main_train(args, argv) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    records = []
+    configs = {}
     for kind in args.policy:
         try:
             overrides = parse_overrides(args.overrides + [f"policy.kind={kind}"])
-            config = load_run_config(path, overrides)
+            configs[kind] = load_run_config(path, overrides)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+    if args.devices is not None:
+        return _main_train_devices(args, argv, path, configs)
+    if args.mesh == "both":
+        print("error: --mesh both needs --devices (one worker process per configuration)",
+              file=sys.stderr)
+        return 2
+    mesh = None
+    if args.mesh == "on":
+        from jaxdrive.train.placement import default_mesh
+
+        mesh = default_mesh(force=True)
+    records = []
+    for kind, config in configs.items():
         print(f"jaxdrive bench train: {kind}, backend {jax.default_backend()}, "
               f"{config.train.num_envs} envs x {config.env.scenario.max_agents} slots x "
-              f"{config.train.rollout_steps} steps per iteration, median of {args.repeats}",
+              f"{config.train.rollout_steps} steps per iteration, median of {args.repeats}"
+              + ("" if mesh is None else f", data mesh over {mesh.size} device(s)"),
               flush=True)
-        rec = bench_train(config, args.repeats)
+        try:
+            rec = bench_train(config, args.repeats, mesh)
+        except ValueError as err:  # e.g. num_envs does not divide over the mesh
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         rec["config"] = path
         records.append(rec)
         print(f"  {kind}: compile {rec['compile_s']:.1f} s, {rec['steps_per_s']:,.0f} "
@@ -408,6 +437,43 @@ def _main_train(args, argv) -> int:
     print()
     print(train_table(records))
     return _write(args.json, "train", records, argv, top_level=True)
+
+
+def _main_train_devices(args, argv, path, configs) -> int:
+    """``bench train --devices``: one worker process per configuration, interleaved."""
+    from jaxdrive.bench.scale import configurations, run_scale, scale_table
+
+    try:
+        counts = [int(x) for x in args.devices.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        print(f"error: --devices {args.devices!r}: distinct counts >= 1, e.g. 1,2,4,8",
+              file=sys.stderr)
+        return 2
+    for kind, config in configs.items():
+        bad = [n for n in counts if config.train.num_envs % n]
+        if bad:
+            print(f"error: train.num_envs={config.train.num_envs} ({kind}) does not divide "
+                  f"over {bad} device(s)", file=sys.stderr)
+            return 2
+    runs = configurations(list(configs), counts, args.mesh)
+    first = next(iter(configs.values()))
+    print(f"jaxdrive bench train --devices {','.join(map(str, counts))}: {len(runs)} worker "
+          f"process(es), {first.train.num_envs} envs x {first.env.scenario.max_agents} slots "
+          f"x {first.train.rollout_steps} steps per iteration, median of {args.repeats} "
+          f"interleaved rounds", flush=True)
+    try:
+        records = run_scale(path, args.overrides, runs, args.repeats,
+                            log=lambda s: print(s, flush=True))
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for rec in records:
+        rec["config"] = path
+    print()
+    print(scale_table(records))
+    return _write(args.json, "train_scale", records, argv)
 
 
 def _run_one(what: str, header: str, bench, table, args, argv) -> int:
