@@ -165,3 +165,35 @@ def test_bad_environment_value_names_the_variable():
     with pytest.raises(DistributedError, match="JAXDRIVE_NUM_PROCESSES='two'"):
         detect(environ={"JAXDRIVE_COORDINATOR_ADDRESS": "h:1",
                         "JAXDRIVE_NUM_PROCESSES": "two", "JAXDRIVE_PROCESS_ID": "0"})
+
+
+@pytest.mark.slow
+def test_a_killed_process_stops_the_others_within_the_timeout(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    port = _free_port()
+    logs = [tmp_path / f"p{i}.log" for i in range(2)]
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "jaxdrive.train", "--config", str(config),
+         "--set", f"logging.output_dir={tmp_path / 'job'}",
+         "--set", f"train.total_steps={10_000 * STEPS_PER_IT}",
+         "--coordinator-address", f"localhost:{port}", "--num-processes", "2",
+         "--process-id", str(i), "--distributed-timeout", "10"],
+        env=_env(), stdout=open(log, "w"), stderr=subprocess.STDOUT) for i, log in
+        enumerate(logs)]
+    try:
+        deadline = time.monotonic() + 600
+        while "train  step" not in logs[0].read_text() and time.monotonic() < deadline:
+            assert procs[0].poll() is None, logs[0].read_text()[-3000:]
+            time.sleep(1)
+        procs[1].kill()
+        killed = time.monotonic()
+        code = procs[0].wait(timeout=120)
+        waited = time.monotonic() - killed
+    finally:
+        for p in procs:
+            p.kill()
+    assert code != 0
+    assert "heartbeat timeout" in logs[0].read_text()
+    assert waited < 60, waited  # 10 s heartbeat, plus the coordination service's polling
+    print(f"process 0 stopped {waited:.1f} s after process 1 was killed (exit {code})")
