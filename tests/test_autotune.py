@@ -8,26 +8,13 @@ import shlex
 
 import pytest
 import yaml
+from test_train_run import TINY
 
 from jaxdrive.autotune import TOLERANCE, env_candidates, recommend, train_command, tune_eval
 from jaxdrive.autotune import cli as autotune_cli
 from jaxdrive.config import parse_overrides
 from jaxdrive.runs.config import RunConfig, load_run_config
 from jaxdrive.train import cli as train_cli
-
-TINY = {
-    "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
-            "observation": {"num_partners": 3, "num_road": 20},
-            "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 12},
-    "procedural": {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 0.0,
-                                                      "t_junction": 0.0, "intersection": 0.0}},
-    "policy": {"kind": "mlp", "model_dim": 16, "token_dim": 8},
-    "train": {"seed": 3, "num_scenes": 2, "num_envs": 2, "rollout_steps": 5, "epochs": 2,
-              "minibatches": 2, "total_steps": 3 * 2 * 4 * 5},
-    "validation": {"every": 2, "num_scenes": 2},
-    "checkpoint": {"every": 1, "keep_last": 2},
-    "logging": {"every": 1},
-}
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import pytest
 import yaml
+from test_train_run import TINY as TRAIN_TINY
 
 from jaxdrive import simulate
 from jaxdrive.bench import cli as bench_cli
@@ -34,14 +35,7 @@ from jaxdrive.runs.checkpoint import Checkpointer
 from jaxdrive.runs.config import RunConfig
 from jaxdrive.runs.load import load_policy, save_config
 
-TINY = {
-    "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
-            "observation": {"num_partners": 3, "num_road": 20},
-            "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 12},
-    "procedural": {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 0.0,
-                                                      "t_junction": 0.0, "intersection": 0.0}},
-    "policy": {"kind": "mlp", "model_dim": 16, "token_dim": 8},
-}
+TINY = {k: TRAIN_TINY[k] for k in ("env", "procedural", "policy")}
 RENDER = {"enabled": True, "num_scenarios": 1, "steps": 2, "width": 16, "height": 16}
 
 

@@ -17,22 +17,14 @@ import time
 import numpy as np
 import pytest
 import yaml
+from test_train_run import TINY as TRAIN_TINY
 
+from jaxdrive.config import merge
 from jaxdrive.distributed import DistributedError, ProcessGroup, detect
 
-TINY = {
-    "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
-            "observation": {"num_partners": 3, "num_road": 20},
-            "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 12},
-    "procedural": {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 0.0,
-                                                      "t_junction": 0.0, "intersection": 0.0}},
-    "policy": {"kind": "mlp", "model_dim": 16, "token_dim": 8},
-    "train": {"seed": 3, "num_scenes": 4, "num_envs": 4, "rollout_steps": 5, "epochs": 2,
-              "minibatches": 2, "total_steps": 2 * 80},
-    "validation": {"every": 1, "num_scenes": 2},
-    "checkpoint": {"every": 1, "keep_last": 2},
-    "logging": {"every": 1, "run_name": "mp"},
-}
+TINY = merge(TRAIN_TINY, {
+    "train": {"num_scenes": 4, "num_envs": 4, "total_steps": 2 * 80},
+    "validation": {"every": 1}, "logging": {"run_name": "mp"}})
 STEPS_PER_IT = 4 * 4 * 5
 
 
