@@ -124,15 +124,14 @@ def test_a_non_finite_loss_stops_the_run_naming_the_iteration_and_saves_nothing(
         tmp_path, monkeypatch, capsys, reference):
     run_dir = _resumable_at_1(reference, tmp_path)
     record = (run_dir / "checkpoints" / "last" / "1" / integrity.RECORD).read_bytes()
-    build_env = run.build_env
+    procedural_params = run.procedural_params
 
-    def nan_scenes(config, seed, num_scenes):  # NaN scene data, as a bad dataset gives
-        env, params = build_env(config, seed, num_scenes)
-        return env, jax.tree.map(
+    def nan_scenes(*args, **kwargs):  # NaN scene data, as a bad dataset gives
+        return jax.tree.map(
             lambda x: jnp.full_like(x, jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating)
-            else x, params)
+            else x, procedural_params(*args, **kwargs))
 
-    monkeypatch.setattr(run, "build_env", nan_scenes)
+    monkeypatch.setattr(run, "procedural_params", nan_scenes)
     assert cli.main(["--resume", str(run_dir)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: training diverged at iteration 2: loss/"), err
