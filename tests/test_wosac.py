@@ -58,10 +58,8 @@ hist_jit = jax.jit(wosac.histogram_log_likelihood, static_argnames="feature")
 bern_jit = jax.jit(wosac.bernoulli_log_likelihood, static_argnames="feature")
 features_jit = jax.jit(wosac.compute_features)
 from_features_jit = jax.jit(wosac.scores_from_features, static_argnames=("config", "init_steps"))
-scores_jit = jax.jit(
-    chex.assert_max_traces(wosac.realism_scores, n=1),
-    static_argnames=("config", "init_steps", "dt"),
-)
+STATIC = ("config", "init_steps", "dt", "rollout_batch")
+scores_jit = jax.jit(chex.assert_max_traces(wosac.realism_scores, n=1), static_argnames=STATIC)
 
 
 # --------------------------------------------------------------------------- config
@@ -405,6 +403,25 @@ def test_one_collision_lowers_exactly_the_collision_term():
     assert float(one["simulated_collision_rate"]) == pytest.approx(1 / (R * 2))
 
 
+def test_a_simulated_crash_is_detected_and_scored():
+    # Rollout 0 equals the log except object 1 (behind object 0 in its lane) is moved
+    # onto object 0 from step 6 on: a collision for both (object 0 is hit) in one rollout
+    # of four, none in the log: p(no collision) = (3 + c) / (4 + 2c) for both objects.
+    log = _log_scene()
+    replay = _replay(log)
+    xy = replay.xy.at[0, 1, 6:].set(log.xy[0, 6:] + jnp.array([1.0, 0.5]))
+    out = _scores(replay.replace(xy=xy), log)
+    base = _scores(replay, log)
+    c = 0.001
+    assert float(out["collision_indication"]) == pytest.approx((3 + c) / (4 + 2 * c), rel=1e-5)
+    assert float(out["simulated_collision_rate"]) == pytest.approx(2 / 8)
+    assert out["interactive"] < base["interactive"]
+    # Object 1's jump also changes its speeds; object 0's kinematics are untouched.
+    np.testing.assert_allclose(out["linear_speed/per_object"][0],
+                               base["linear_speed/per_object"][0], rtol=1e-6)
+    np.testing.assert_allclose(out["offroad_indication"], base["offroad_indication"])
+
+
 def test_permuting_rollouts_changes_nothing():
     log = _log_scene()
     sim = _noisy(log, jax.random.PRNGKey(2), 0.7)
@@ -422,19 +439,20 @@ def test_red_light_input_and_vmap_over_scenarios():
     # p(true) = (1 + c) / (4 + 2c); object 1 never: (4 + c) / (4 + 2c).
     log_red = jnp.zeros((A, T), bool).at[0, 5].set(True)
     sim_red = jnp.zeros((R, A, T), bool).at[2, 0, 9].set(True)
-    with_red = jax.jit(wosac.realism_scores, static_argnames=("config", "init_steps", "dt"))
+    with_red = jax.jit(wosac.realism_scores, static_argnames=STATIC)
     out = _scores(sim, log, with_red, sim_red_light=sim_red, log_red_light=log_red)
     c = 0.001
     want = ((1 + c) / (4 + 2 * c) + (4 + c) / (4 + 2 * c)) / 2
     assert float(out["traffic_light_violation"]) == pytest.approx(want, rel=1e-5)
     assert float(out["simulated_traffic_light_violation_rate"]) == pytest.approx(1 / 8)
-    # vmap over two scenarios equals two separate calls.
+    # vmap over two scenarios (rollouts in lax.map batches of 3: one batch and a
+    # remainder) equals separate calls (one batch of all 4).
     stack = lambda *x: jnp.stack(x)  # noqa: E731
     sims = jax.tree.map(stack, sim, _replay(log))
     logs = jax.tree.map(stack, log, log)
     batched = jax.jit(jax.vmap(
         lambda s, lg: wosac.realism_scores(s, lg, LENGTH, WIDTH, EVALUATED, INDEX, ROAD,
-                                           init_steps=INIT)))(sims, logs)
+                                           init_steps=INIT, rollout_batch=3)))(sims, logs)
     single = _scores(_replay(log), log)
     for k in ("metametric", "kinematic", "map_based", "min_ade"):
         assert float(batched[k][1]) == pytest.approx(float(single[k]), rel=1e-5, abs=1e-6)
