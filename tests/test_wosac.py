@@ -10,7 +10,7 @@ import pytest
 
 from jaxdrive.metrics import wosac
 from jaxdrive.scenarios import road_index
-from jaxdrive.types import Roadgraph, RoadType
+from jaxdrive.types import Roadgraph, RoadType, TrafficLights, TrafficLightState
 
 DT = 0.1
 F32 = np.float32
@@ -21,18 +21,29 @@ F32 = np.float32
 
 def _straight_road() -> Roadgraph:
     """Road edges bounding x in [-60, 60], y in [-5, 5], counter-clockwise (drivable area
-    on the left), padded to 8 points."""
-    ring = [(-60, -5), (60, -5), (60, 5), (-60, 5), (-60, -5)]
-    xy = np.zeros((8, 2), F32)
-    xy[:5] = ring
+    on the left), and one lane centre line (id 1) along +x at y = -2."""
+    xy = np.array([(-60, -5), (60, -5), (60, 5), (-60, 5), (-60, -5),
+                   (-60, -2), (0, -2), (60, -2)], F32)
     d = np.zeros((8, 2), F32)
     d[:4] = np.diff(xy[:5], axis=0) / np.linalg.norm(np.diff(xy[:5], axis=0), axis=1)[:, None]
     d[4] = d[3]
+    d[5:] = (1, 0)
     return Roadgraph(
         xy=jnp.asarray(xy), dir=jnp.asarray(d),
-        type=jnp.asarray(np.r_[[RoadType.ROAD_EDGE] * 5, [0] * 3], jnp.int32),
-        id=jnp.asarray(np.r_[[0] * 5, [-1] * 3], jnp.int32),
-        valid=jnp.asarray(np.r_[[True] * 5, [False] * 3]),
+        type=jnp.asarray([RoadType.ROAD_EDGE] * 5 + [RoadType.LANE_CENTER] * 3, jnp.int32),
+        id=jnp.asarray([0] * 5 + [1] * 3, jnp.int32),
+        valid=jnp.ones(8, bool),
+    )
+
+
+def _lights(states) -> TrafficLights:
+    """Light 0 controls lane 1 with its stop point at (5, -2); light 1 is padding."""
+    t = len(states)
+    return TrafficLights(
+        lane_id=jnp.array([1, -1], jnp.int32),
+        stop_xy=jnp.array([[5.0, -2.0], [0.0, 0.0]]),
+        state=jnp.array([states, [0] * t], jnp.int32),
+        valid=jnp.array([[True] * t, [False] * t]),
     )
 
 
@@ -54,6 +65,7 @@ box_distance_jit = jax.jit(wosac.box_signed_distance)
 nearest_jit = jax.jit(wosac.distance_to_nearest_object)
 ttc_jit = jax.jit(wosac.time_to_collision)
 edge_jit = jax.jit(wosac.distance_to_road_edge)
+red_jit = jax.jit(wosac.red_light_crossings)
 hist_jit = jax.jit(wosac.histogram_log_likelihood, static_argnames="feature")
 bern_jit = jax.jit(wosac.bernoulli_log_likelihood, static_argnames="feature")
 features_jit = jax.jit(wosac.compute_features)
@@ -244,6 +256,27 @@ def test_distance_to_road_edge_and_offroad():
     yaw = jnp.array([[0.0], [0.0], [math.pi / 2]])
     d = np.asarray(edge_jit(INDEX, ROAD, xy, yaw, jnp.full(3, 4.0), jnp.full(3, 2.0)))
     np.testing.assert_allclose(d[:, 0], [-4.0, 0.5, -1.0], atol=1e-5)
+
+
+def test_red_light_crossings_hand_cases():
+    # Stop line at x = 5 across lane 1 (y = -2, heading +x), band |y + 2| <= 2.
+    # Light: GO at steps 0-2, STOP at 3-4.
+    # 0: x 2, 3, 4, 6, 7 at y = -1.5: passes x = 5 between steps 2 and 3, red at 3: True.
+    # 1: x 3, 4, 6, 7, 8: passes between 1 and 2, on green: never.
+    # 2: as 0 at y = +0.5 (2.5 m from the lane centre): outside the band.
+    # 3: as 0 heading -x (against the lane): not a crossing of this line.
+    # 4: as 0 but invalid at step 2: the crossing step has no valid predecessor.
+    go, stop = TrafficLightState.GO, TrafficLightState.STOP
+    x0 = [2, 3, 4, 6, 7]
+    xs = np.array([x0, [3, 4, 6, 7, 8], x0, x0, x0], F32)
+    ys = np.array([-1.5, -1.5, 0.5, -1.5, -1.5], F32)[:, None] + 0 * xs
+    xy = jnp.asarray(np.stack([xs, ys], -1))
+    yaw = jnp.zeros((5, 5)).at[3].set(math.pi)
+    valid = jnp.ones((5, 5), bool).at[4, 2].set(False)
+    got = np.asarray(red_jit(xy, yaw, valid, _lights([go, go, go, stop, stop]), ROAD))
+    want = np.zeros((5, 5), bool)
+    want[0, 3] = True
+    np.testing.assert_array_equal(got, want)
 
 
 # --------------------------------------------------------------------------- likelihoods
@@ -456,3 +489,22 @@ def test_red_light_input_and_vmap_over_scenarios():
     single = _scores(_replay(log), log)
     for k in ("metametric", "kinematic", "map_based", "min_ade"):
         assert float(batched[k][1]) == pytest.approx(float(single[k]), rel=1e-5, abs=1e-6)
+
+
+def test_traffic_lights_drive_the_violation_term():
+    # Object 0 drives along lane 1 (y = -2) past the stop point x = 5 at step 5
+    # (x = 10 t + t^2 / 2: 4.08 at step 4, 5.125 at step 5) under a red light; object 1
+    # stays behind x = 0.6; object 2 is in the other lane, heading -x.
+    log = _log_scene()
+    lights = _lights([TrafficLightState.STOP] * T)
+    red = np.asarray(red_jit(log.xy, log.yaw, log.valid, lights, ROAD))
+    want = np.zeros((A, T), bool)
+    want[0, 5] = True
+    np.testing.assert_array_equal(red, want)
+    # Replay: both evaluated objects match the log in all 4 rollouts: (4 + c) / (4 + 2c);
+    # half of the (rollout, evaluated object) pairs violate.
+    with_lights = jax.jit(wosac.realism_scores, static_argnames=STATIC)
+    out = _scores(_replay(log), log, with_lights, traffic_lights=lights)
+    c = 0.001
+    assert float(out["traffic_light_violation"]) == pytest.approx((4 + c) / (4 + 2 * c))
+    assert float(out["simulated_traffic_light_violation_rate"]) == pytest.approx(0.5)

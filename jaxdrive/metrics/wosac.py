@@ -60,8 +60,12 @@ Conventions chosen where the published text leaves room (tested in tests/test_wo
   rollout (objects absent from the log cannot be blamed for a simulated event).
 - Traffic-light violation: the simulator does not yet detect red-light crossings, so the
   per-step indicator is an input (``red_light``, (..., A, T) bool: the object crossed a
-  stop line of a lane whose light is red at that step). Without it every object counts
-  as never violating, which scores ~1 for log and rollouts alike.
+  stop line of a lane whose light is red at that step), or ``realism_scores`` derives it
+  from the logged light states with ``red_light_crossings``: our own geometric test (a
+  centre crossing the line through the stop point across the lane, within 2 m of the
+  lane centre, heading along the lane, light STOP or ARROW_STOP), an approximation of
+  the challenge's lane-association rule. With neither, no object ever violates, which
+  scores (R + c) / (R + 2c) ~ 1 for log and rollouts alike.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ from flax import struct
 from jaxdrive import geometry
 from jaxdrive.scenarios import road_index as road_index_lib
 from jaxdrive.scenarios.road_index import RoadIndex
-from jaxdrive.types import Roadgraph
+from jaxdrive.types import Roadgraph, RoadType, TrafficLights, TrafficLightState
 
 # Distance standing in for "no other object": larger than any histogram range, finite.
 FAR_DISTANCE = 1.0e10
@@ -86,6 +90,10 @@ TTC_MAX_HEADING_DIFF_SMALL_OVERLAP = math.radians(10.0)
 TTC_SMALL_OVERLAP = 0.5  # metres
 TTC_MAX = 5.0  # seconds
 STEP_SECONDS = 0.1  # WOMD logs and WOSAC rollouts run at 10 Hz
+# Half the width of the band across a lane within which crossing its stop line counts
+# (WOMD lanes are ~3.5-4 m wide).
+STOP_LINE_HALF_WIDTH = 2.0  # metres
+RED_STATES = (TrafficLightState.STOP, TrafficLightState.ARROW_STOP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -470,6 +478,48 @@ def distance_to_road_edge(
     return jnp.max(road_index_lib.offroad_distance(index, roadgraph, corners), axis=-1)
 
 
+def red_light_crossings(
+    xy: jax.Array, yaw: jax.Array, valid: jax.Array, lights: TrafficLights,
+    roadgraph: Roadgraph, half_width: float = STOP_LINE_HALF_WIDTH,
+) -> jax.Array:
+    """Steps at which an object crosses the stop line of a red light.
+
+    The stop line of light k is the segment through ``stop_xy`` across its lane's
+    direction there (the direction of the lane's centre-line point nearest the stop
+    point), ``half_width`` to either side. Object a crosses it at step t when its centre
+    goes from behind the line (step t-1) to on or past it (step t), within the band, with
+    its heading within 90 deg of the lane's, both steps valid, and the light valid and red
+    (``STOP`` or ``ARROW_STOP``; a flashing red acts as a stop sign) at step t.
+
+    Args:
+      xy: (..., A, T, 2); yaw, valid: (..., A, T).
+      lights: ``TrafficLights`` with TL lights over the same T steps.
+      roadgraph: the scenario's roadgraph (lane centre lines carry the lane ids).
+      half_width: metres.
+    Returns:
+      (..., A, T) bool, False at step 0.
+    """
+    on_lane = (roadgraph.valid & (roadgraph.type == RoadType.LANE_CENTER))[None, :] & (
+        roadgraph.id[None, :] == lights.lane_id[:, None])  # (TL, R)
+    d2 = jnp.sum(jnp.square(roadgraph.xy[None] - lights.stop_xy[:, None]), axis=-1)
+    nearest = jnp.argmin(jnp.where(on_lane, d2, jnp.inf), axis=-1)
+    u = roadgraph.dir[nearest]  # (TL, 2)
+    has_lane = jnp.any(on_lane, axis=-1) & (jnp.sum(u * u, axis=-1) > 0)
+    red = lights.valid & jnp.isin(lights.state, jnp.array(RED_STATES, jnp.int32))
+    red = red & has_lane[:, None]  # (TL, T)
+    rel = xy[..., None, :] - lights.stop_xy  # (..., A, T, TL, 2)
+    along = rel[..., 0] * u[:, 0] + rel[..., 1] * u[:, 1]
+    across = u[:, 0] * rel[..., 1] - u[:, 1] * rel[..., 0]
+    behind_before = jnp.concatenate(
+        [jnp.zeros_like(along[..., :1, :], bool), along[..., :-1, :] < 0], axis=-2)
+    both_valid = jnp.concatenate(
+        [jnp.zeros_like(valid[..., :1]), valid[..., 1:] & valid[..., :-1]], axis=-1)
+    aligned = (jnp.cos(yaw)[..., None] * u[:, 0] + jnp.sin(yaw)[..., None] * u[:, 1]) > 0
+    cross = (behind_before & (along >= 0) & (jnp.abs(across) <= half_width) & aligned
+             & jnp.swapaxes(red, 0, 1))
+    return jnp.any(cross, axis=-1) & both_valid
+
+
 # --------------------------------------------------------------------------- features
 
 
@@ -643,7 +693,7 @@ def realism_scores(
     evaluated: jax.Array, index: RoadIndex, roadgraph: Roadgraph,
     sim_red_light: jax.Array | None = None, log_red_light: jax.Array | None = None,
     config: WosacConfig = WOSAC_2025, init_steps: int = 0, dt: float = STEP_SECONDS,
-    rollout_batch: int | None = 8,
+    rollout_batch: int | None = 8, traffic_lights: TrafficLights | None = None,
 ) -> dict[str, jax.Array]:
     """WOSAC realism scores of one scenario's rollouts against its log.
 
@@ -664,9 +714,18 @@ def realism_scores(
       rollout_batch: rollouts whose features are computed at once (``lax.map`` batch
         size; None: all R). The pairwise terms hold (R, A, A, T) arrays, ~1.5 GB per
         float32 intermediate at R = 32, A = 128, T = 91; batching bounds that.
+      traffic_lights: optional logged light states over the same T steps; where a
+        ``*_red_light`` array is not given, it is derived by ``red_light_crossings``.
     Returns:
       The dict of ``scores_from_features`` plus ``"ade"`` and ``"min_ade"`` (metres).
     """
+    if traffic_lights is not None:
+        if sim_red_light is None:
+            sim_red_light = red_light_crossings(sim.xy, sim.yaw, sim.valid, traffic_lights,
+                                                roadgraph)
+        if log_red_light is None:
+            log_red_light = red_light_crossings(log.xy, log.yaw, log.valid, traffic_lights,
+                                                roadgraph)
     with jax.named_scope("wosac_features"):
         sim_f = jax.lax.map(
             lambda args: compute_features(args[0], length, width, index, roadgraph,
