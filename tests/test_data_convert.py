@@ -95,42 +95,74 @@ def test_relative_coordinates_keep_centimetres_at_kilometre_scale():
     assert np.max(np.abs(raw.xy.astype(np.float32) - raw.xy)) > 1e-4
 
 
-def test_road_budget_subsamples_others_first_and_keeps_edges():
-    # 10 edge + 21 lane + 11 line = 42 points > 30. Others at stride 2: lane keeps
-    # (21 - 2) // 2 + 2 = 11 points, line (11 - 2) // 2 + 2 = 6; edges stay at 10: 27.
-    raw = make_raw([(0, 0, None)], ROADS)
+def test_road_budget_simplifies_straight_runs_and_keeps_corners():
+    # 10 edge + 21 lane + 11 line = 42 points > 30: every polyline is simplified at the
+    # 0.05 m tolerance. Lane and line are straight (2 points each); the edge is an L
+    # (kerb corner at x = 9): (0,-4) .. (9,-4) then up to (9,-1): 3 points.
+    kerb = EDGE + [(9, -3), (9, -2), (9, -1)]
+    roads = ROADS[:2] + [(kerb, RoadType.ROAD_EDGE, 9)]
+    raw = make_raw([(0, 0, None)], roads)
     cfg = ScenarioConfig(max_agents=2, num_steps=6, max_road_points=30, max_lanes=4)
     arrays, info = convert_scene(raw, cfg, ConvertConfig(init_step=0))
-    assert info["road_stride"] == [1, 2]
-    assert info["num_road_points"] == 27 and info["truncated_road_points"] == 15
+    assert info["road_tolerance"] == [0.05, 0.05]
+    assert info["num_road_points"] == 7 and info["truncated_road_points"] == 45 - 7
+    assert info["simplified_road_points"] == 45 - 7 and info["dropped_polylines"] == 0
     rg_valid, rg_type, rg_id = (arrays[k] for k in ("roadgraph.valid", "roadgraph.type",
                                                     "roadgraph.id"))
-    np.testing.assert_array_equal(rg_valid, np.arange(30) < 27)
+    np.testing.assert_array_equal(rg_valid, np.arange(30) < 7)
     # Lanes first with id 0, then the line (id L + 0) and the edge (L + 1), raw order.
-    np.testing.assert_array_equal(rg_id[:27], [0] * 11 + [4] * 6 + [5] * 10)
-    np.testing.assert_array_equal(rg_id[27:], -1)
-    np.testing.assert_array_equal(rg_type[:11], RoadType.LANE_CENTER)
-    np.testing.assert_array_equal(rg_type[17:27], RoadType.ROAD_EDGE)
-    xy = arrays["roadgraph.xy"]
-    np.testing.assert_allclose(xy[:11, 0], np.arange(0, 21, 2) * 0.5, atol=1e-4)
-    np.testing.assert_allclose(xy[11:17, 0], [0, 2, 4, 6, 8, 10], atol=1e-4)  # last kept
-    np.testing.assert_allclose(xy[17:27, 0], np.arange(10), atol=1e-4)
-    # Directions: +x everywhere (last points copy the previous segment), zero padding.
-    np.testing.assert_allclose(arrays["roadgraph.dir"][:27], [[1, 0]] * 27, atol=1e-6)
-    np.testing.assert_array_equal(arrays["roadgraph.dir"][27:], 0)
+    np.testing.assert_array_equal(rg_id[:7], [0, 0, 4, 4, 5, 5, 5])
+    np.testing.assert_array_equal(rg_id[7:], -1)
+    np.testing.assert_array_equal(rg_type[4:7], RoadType.ROAD_EDGE)
+    np.testing.assert_allclose(arrays["roadgraph.xy"][:7],
+                               [[0, 0], [10, 0], [0, 4], [10, 4], [0, -4], [9, -4], [9, -1]],
+                               atol=1e-4)
+    # Directions: along each kept segment (last points copy the previous one), zero padding.
+    np.testing.assert_allclose(arrays["roadgraph.dir"][:7],
+                               [[1, 0], [1, 0], [1, 0], [1, 0], [1, 0], [0, 1], [0, 1]],
+                               atol=1e-6)
+    np.testing.assert_array_equal(arrays["roadgraph.dir"][7:], 0)
     np.testing.assert_array_equal(arrays["lanes.valid"], [1, 0, 0, 0])
 
 
+def _zigzag(n, y0, amp=3.0):
+    """n points 1 m apart in x, alternating y0 / y0 + amp: every vertex a sharp corner
+    (at least 1.4 m off any chord between other vertices)."""
+    return [(x, y0 + amp * (x % 2)) for x in range(n)]
+
+
+def test_road_budget_coarsens_others_before_edges():
+    # The edge zigzags (10 sharp corners, kept at any tolerance up to 1.4 m); the lane is
+    # straight but for a 1 m bump at x = 10 and a 0.3 m bump at x = 5. Budget 13: edge 10
+    # + lane endpoints 2 leaves one lane point: the others' tolerance rises past 0.3 m,
+    # the 1 m bump stays, the edges keep the 0.05 m tolerance.
+    lane = [(x * 0.5, 0.0) for x in range(21)]
+    lane[10], lane[20] = (5.0, 1.0), (10.0, 0.0)
+    lane[5] = (2.5, 0.3)
+    roads = [(lane, RoadType.LANE_CENTER, 5), (_zigzag(10, -8), RoadType.ROAD_EDGE, 9)]
+    raw = make_raw([(0, 0, None)], roads)
+    cfg = ScenarioConfig(max_agents=2, num_steps=6, max_road_points=13, max_lanes=4)
+    arrays, info = convert_scene(raw, cfg, ConvertConfig(init_step=0))
+    edge_tol, other_tol = info["road_tolerance"]
+    assert edge_tol == 0.05 and 0.05 < other_tol < 1.0
+    assert info["num_road_points"] == 13 and info["dropped_polylines"] == 0
+    np.testing.assert_allclose(arrays["roadgraph.xy"][:3], [[0, 0], [5, 1], [10, 0]],
+                               atol=1e-4)
+    assert any("over budget" in note for note in info["notes"])
+
+
 def test_road_budget_drops_least_important_polylines_last_resort():
-    # Budget 5 at max_stride 4: edge keeps (10-2)//4+2 = 4, lane (21-2)//4+2 = 6,
-    # line (11-2)//4+2 = 4 -> 14 > 5. Drop the line, then the lane: the edge (4) fits.
-    raw = make_raw([(0, 0, None)], ROADS)
-    cfg = ScenarioConfig(max_agents=2, num_steps=6, max_road_points=5, max_lanes=4)
-    arrays, info = convert_scene(raw, cfg, ConvertConfig(init_step=0, max_stride=4))
-    assert info["dropped_polylines"] == 2 and info["num_road_points"] == 4
-    assert info["truncated_road_points"] == 42 - 4
-    np.testing.assert_array_equal(arrays["roadgraph.type"][:4], RoadType.ROAD_EDGE)
-    np.testing.assert_allclose(arrays["roadgraph.xy"][:4, 0], [0, 4, 8, 9], atol=1e-4)
+    # Zigzags with sharp corners keep every point even at the coarsest tolerance (1 m):
+    # edge 10 + lane 21 + line 11 = 42 > 12. Drop the line, then the lane: the edge fits.
+    roads = [(_zigzag(11, 8), RoadType.ROAD_LINE, 7), (_zigzag(21, 0), RoadType.LANE_CENTER, 5),
+             (_zigzag(10, -8), RoadType.ROAD_EDGE, 9)]
+    raw = make_raw([(0, 0, None)], roads)
+    cfg = ScenarioConfig(max_agents=2, num_steps=6, max_road_points=12, max_lanes=4)
+    arrays, info = convert_scene(raw, cfg, ConvertConfig(init_step=0, max_road_tolerance=1.0))
+    assert info["dropped_polylines"] == 2 and info["num_road_points"] == 10
+    assert info["truncated_road_points"] == 42 - 10 and info["road_tolerance"] == [1.0, 1.0]
+    np.testing.assert_array_equal(arrays["roadgraph.type"][:10], RoadType.ROAD_EDGE)
+    np.testing.assert_allclose(arrays["roadgraph.xy"][:10, 0], np.arange(10), atol=1e-4)
 
 
 def test_lanes_successors_and_traffic_lights():

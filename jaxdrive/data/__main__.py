@@ -88,8 +88,8 @@ def _find_in_cache(directory: str, key: str | None, index: int):
                           "out of range.")
     rec = records[index]
     stored = shards_lib.manifest_scenario_config(manifest)
-    init_step = ConvertConfig.from_dict(manifest["convert_config"],
-                                        "manifest.convert_config").init_step
+    init_step = ConvertConfig.from_manifest(manifest["convert_config"],
+                                            "manifest.convert_config").init_step
     shard = shards_lib.read_shard(shards_lib.shard_path(directory, manifest, rec["shard"]),
                                   stored, manifest["shards"][rec["shard"]]["num_scenarios"])
     arrays = {k: v[rec["index"]] for k, v in shard.items() if not k.startswith("meta.")}
@@ -127,7 +127,8 @@ def cmd_inspect(args) -> int:
                 "width": float(arrays["objects.width"][sdc])},
         "origin_world": [ox, oy],
         "road_points": int(rg.sum()), "road_points_in_source": info.get("num_road_points_in"),
-        "road_stride_edges_other": info.get("road_stride"),
+        "road_tolerance_edges_other": info.get("road_tolerance"),
+        "simplified_road_points": info.get("simplified_road_points", 0),
         "road_point_types": dict(rtypes),
         "lanes": int(arrays["lanes.valid"].sum()),
         "traffic_lights": n_tl,
@@ -149,8 +150,9 @@ def cmd_inspect(args) -> int:
           f"valid {s['valid_steps']}/{summary['steps']} steps")
     print(f"  origin (world): ({ox:.3f}, {oy:.3f})")
     print(f"  road points: {summary['road_points']} kept of "
-          f"{summary['road_points_in_source']} (stride edges/other "
-          f"{summary['road_stride_edges_other']}) {dict(rtypes)}")
+          f"{summary['road_points_in_source']} (simplified within tolerance edges/other "
+          f"{summary['road_tolerance_edges_other']} m: {summary['simplified_road_points']}) "
+          f"{dict(rtypes)}")
     print(f"  lanes: {summary['lanes']}, traffic lights: {n_tl}, objects of interest: "
           f"{summary['of_interest']}, tracks to predict: {summary['to_predict']}")
     print(f"  checks: {'ok' if not summary['problems'] else '; '.join(summary['problems'])}")

@@ -12,11 +12,16 @@ Conventions of a converted scene:
 - Goals: each agent's final valid logged position.
 - Time: the first ``num_steps`` logged steps; shorter logs are padded as invalid.
 - Road points: lanes first (polyline ids ``0..L-1``, the nearest ``max_lanes`` lanes if
-  there are more), then the other polylines (ids ``>= L``). If the points exceed
-  ``max_road_points``, polylines are subsampled (every ``s``-th point plus the last,
-  original coordinates): first all but road edges, with the smallest stride that fits,
-  then road edges too; only then are whole polylines dropped, least important type and
-  farthest from the origin first (road edges last).
+  there are more), then the other polylines (ids ``>= L``). A map that fits
+  ``max_road_points`` is kept point for point. Otherwise every polyline is simplified
+  shape-preservingly (Douglas-Peucker, ``simplify.py``): a point is removed only while
+  the simplified polyline stays within ``road_tolerance`` of the original, so corners
+  stay and nearly collinear points go (``simplified_road_points``). If that still does
+  not fit, the smallest coarser tolerance that fits (up to ``max_road_tolerance``) is
+  used, first for all but road edges, then for road edges too; only then are whole
+  polylines dropped, least important type and farthest from the origin first (road
+  edges last). The tolerances used are recorded (``road_tolerance`` = [edges, others],
+  0 = every point kept) and anything beyond ``road_tolerance`` is noted in ``notes``.
 - Traffic lights: the ``max_traffic_lights`` signal lanes nearest the origin, states per
   step; ``lane_id`` is the kept lane's polyline id (-1 when the lane was not kept).
 
@@ -31,12 +36,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxdrive.config import ConfigBase, check_int
+from jaxdrive.config import ConfigBase, check_int, check_range
 from jaxdrive.data.raw import RawScene, SceneError
+from jaxdrive.data.simplify import significance
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import LaneGraph, ObjectLog, Roadgraph, RoadType, Scenario, TrafficLights
 
-STRIDES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 # Which polylines go first when whole polylines must be dropped (larger = dropped first).
 _DROP_RANK = {RoadType.ROAD_EDGE: 0, RoadType.LANE_CENTER: 1, RoadType.STOP_SIGN: 2,
               RoadType.ROAD_LINE: 3, RoadType.CROSSWALK: 4, RoadType.SPEED_BUMP: 5,
@@ -44,7 +49,7 @@ _DROP_RANK = {RoadType.ROAD_EDGE: 0, RoadType.LANE_CENTER: 1, RoadType.STOP_SIGN
 
 REPORT_COUNTS = (
     "truncated_agents", "dropped_invalid_agents", "truncated_road_points",
-    "subsampled_road_points", "dropped_polylines", "truncated_lanes",
+    "simplified_road_points", "dropped_polylines", "truncated_lanes",
     "truncated_lane_successors", "dropped_lane_links", "truncated_traffic_lights",
     "truncated_steps", "padded_steps",
 )
@@ -58,32 +63,41 @@ class ConvertConfig(ConfigBase):
       init_step: the logged step that defines the origin and the agent ranking, and at
         which the SDC must be valid (10 in WOMD: 1.1 s of history; match the env's
         ``init_step``).
-      max_stride: coarsest polyline subsampling before whole polylines are dropped.
+      road_tolerance: metres; when a map's points exceed ``max_road_points``, every
+        polyline is simplified (Douglas-Peucker) so that it stays within this distance of
+        the original; only nearly collinear points go, corners stay.
+      max_road_tolerance: metres; the coarsest simplification tried (others first, then
+        road edges) before whole polylines are dropped.
     """
 
     init_step: int = 10
-    max_stride: int = 64
+    road_tolerance: float = 0.05
+    max_road_tolerance: float = 2.0
 
     def __post_init__(self):
         check_int("init_step", self.init_step, 0, 100_000)
-        check_int("max_stride", self.max_stride, 1, 1024)
+        check_range("road_tolerance", self.road_tolerance, 0.0, 100.0)
+        check_range("max_road_tolerance", self.max_road_tolerance, self.road_tolerance,
+                    1000.0)
+
+    @classmethod
+    def from_manifest(cls, data: dict, path: str = "") -> ConvertConfig:
+        """Like ``from_dict``, also for manifests written before road simplification
+        (their ``max_stride`` key is ignored)."""
+        data = {k: v for k, v in dict(data or {}).items() if k != "max_stride"}
+        return cls.from_dict(data, path)
 
 
-def _poly_counts(lens: np.ndarray, stride: np.ndarray) -> np.ndarray:
-    """Points kept per polyline of ``lens`` points at ``stride``: first, every s-th, last."""
-    return np.where(lens <= 1, lens, (lens - 2) // stride + 2)
-
-
-def _fit_strides(lens, is_edge, budget, strides):
-    """Smallest (edge stride, other stride) whose total fits, or None."""
-    for s in strides:  # road edges at full resolution while possible
-        if _poly_counts(lens, np.where(is_edge, 1, s)).sum() <= budget:
-            return 1, s
-    top = strides[-1]
-    for s in strides:
-        if _poly_counts(lens, np.where(is_edge, s, top)).sum() <= budget:
-            return s, top
-    return None
+def _fit_tolerance(sig: np.ndarray, budget: int, low: float, high: float) -> float | None:
+    """Smallest tolerance in [low, high] at which at most ``budget`` of the vertices with
+    significance ``sig`` are kept (kept: ``sig > tolerance``), or None."""
+    if int((sig > low).sum()) <= budget:
+        return low
+    if budget < 0 or int((sig > high).sum()) > budget:
+        return None
+    finite = np.sort(sig[np.isfinite(sig)])[::-1]
+    need = budget - int(np.isinf(sig).sum())  # finite vertices that may stay
+    return max(low, float(finite[need])) if need < finite.shape[0] else low
 
 
 def convert_scene(
@@ -180,7 +194,7 @@ def convert_scene(
     road, lane_of_feature, road_info = _convert_roads(raw, origin, config, cc)
     out.update(road)
     report.update({key: road_info[key] for key in (
-        "truncated_road_points", "subsampled_road_points", "dropped_polylines",
+        "truncated_road_points", "simplified_road_points", "dropped_polylines",
         "truncated_lanes")})
 
     successors = np.full((L, S), -1, np.int32)
@@ -221,8 +235,8 @@ def convert_scene(
         "num_agents": int(k), "num_objects_in": int(n),
         "num_road_points": int(road_info["kept_points"]),
         "num_road_points_in": int(raw.num_road_points),
-        "road_stride": list(road_info["stride"]),
-        **report, "notes": list(raw.notes),
+        "road_tolerance": list(road_info["tolerance"]),
+        **report, "notes": list(raw.notes) + road_info["notes"],
     }
     return out, info
 
@@ -232,8 +246,8 @@ def _convert_roads(raw: RawScene, origin, config: ScenarioConfig, cc: ConvertCon
     lens = np.diff(raw.road_start)
     kpoly = lens.shape[0]
     rtype = raw.road_type
-    info = {"truncated_road_points": 0, "subsampled_road_points": 0, "dropped_polylines": 0,
-            "truncated_lanes": 0, "kept_points": 0, "stride": [1, 1]}
+    info = {"truncated_road_points": 0, "simplified_road_points": 0, "dropped_polylines": 0,
+            "truncated_lanes": 0, "kept_points": 0, "tolerance": [0.0, 0.0], "notes": []}
     # Distance of each polyline to the origin (nearest point), for every ranking below.
     rel = raw.road_xy - origin
     pdist = np.sqrt(np.einsum("ij,ij->i", rel, rel))
@@ -247,26 +261,45 @@ def _convert_roads(raw: RawScene, origin, config: ScenarioConfig, cc: ConvertCon
         info["truncated_lanes"] = int(len(far))
         info["dropped_polylines"] += int(len(far))
     is_edge = rtype == RoadType.ROAD_EDGE
-    strides = tuple(s for s in STRIDES if s <= cc.max_stride) or (1,)
-    fit = _fit_strides(np.where(alive, lens, 0), is_edge, R, strides)
-    if fit is None:
-        # Drop whole polylines: least important type first, farthest first, at the
-        # coarsest strides, until the rest fits.
-        top = strides[-1]
-        counts = _poly_counts(lens, np.full(kpoly, top))
-        rank = np.array([_DROP_RANK.get(int(t), 7) for t in rtype])
-        cand = np.flatnonzero(alive)
-        drop_order = cand[np.lexsort((-cand, -poly_dist[cand], -rank[cand]))]
-        total = int(counts[alive].sum())
-        for p in drop_order:
-            if total <= R:
-                break
-            alive[p] = False
-            total -= int(counts[p])
-            info["dropped_polylines"] += 1
-        fit = (top, top)
-    s_edge, s_other = fit
-    info["stride"] = [int(s_edge), int(s_other)]
+    base, top = cc.road_tolerance, cc.max_road_tolerance
+    owner_all = np.repeat(np.arange(kpoly), lens)
+    if int(lens[alive].sum()) <= R:  # fits: every point kept as it is
+        point_ok = alive[owner_all]
+        tol = (0.0, 0.0)
+    else:
+        sig = significance(rel, raw.road_start)
+        pt_alive, pt_edge = alive[owner_all], is_edge[owner_all]
+        n_edge_base = int((pt_alive & pt_edge & (sig > base)).sum())
+        t_other = _fit_tolerance(sig[pt_alive & ~pt_edge], R - n_edge_base, base, top)
+        if t_other is not None:
+            tol = (base, t_other)  # road edges at the finest tolerance while possible
+        else:
+            n_other_top = int((pt_alive & ~pt_edge & (sig > top)).sum())
+            t_edge = _fit_tolerance(sig[pt_alive & pt_edge], R - n_other_top, base, top)
+            if t_edge is None:
+                # Drop whole polylines: least important type first, farthest first, at
+                # the coarsest tolerance, until the rest fits.
+                counts = np.bincount(owner_all, weights=sig > top, minlength=kpoly)
+                rank = np.array([_DROP_RANK.get(int(t), 7) for t in rtype])
+                cand = np.flatnonzero(alive)
+                drop_order = cand[np.lexsort((-cand, -poly_dist[cand], -rank[cand]))]
+                total = int(counts[alive].sum())
+                for p in drop_order:
+                    if total <= R:
+                        break
+                    alive[p] = False
+                    total -= int(counts[p])
+                    info["dropped_polylines"] += 1
+                t_edge = top
+            tol = (t_edge, top)
+        point_ok = alive[owner_all] & (sig > np.where(is_edge[owner_all], tol[0], tol[1]))
+        info["simplified_road_points"] = int((alive[owner_all] & (sig <= base)).sum())
+    info["tolerance"] = [float(tol[0]), float(tol[1])]
+    if max(tol) > base or info["dropped_polylines"] > info["truncated_lanes"]:
+        info["notes"].append(
+            f"road map over budget ({int(lens.sum())} points > {R}): simplified beyond "
+            f"{base:g} m (edges {tol[0]:.3g} m, others {tol[1]:.3g} m), "
+            f"{info['dropped_polylines'] - info['truncated_lanes']} polylines dropped")
     # Output order: kept lanes (raw order) get ids 0..; other polylines ids L + j.
     lane_sel = np.flatnonzero(alive & (rtype == RoadType.LANE_CENTER))
     other_sel = np.flatnonzero(alive & (rtype != RoadType.LANE_CENTER))
@@ -275,20 +308,18 @@ def _convert_roads(raw: RawScene, origin, config: ScenarioConfig, cc: ConvertCon
     lane_of_feature = {int(raw.road_id[p]): int(i) for i, p in enumerate(lane_sel)}
 
     sel_lens = lens[sel]
-    sel_stride = np.where(is_edge[sel], s_edge, s_other)
     # Point indices of the selected polylines, in output order.
     starts = raw.road_start[sel]
     owner = np.repeat(np.arange(len(sel)), sel_lens)
     local = np.arange(owner.shape[0]) - np.repeat(np.cumsum(sel_lens) - sel_lens, sel_lens)
     src = np.repeat(starts, sel_lens) + local
-    keep = (local % sel_stride[owner] == 0) | (local == sel_lens[owner] - 1)
+    keep = point_ok[src]
     src, owner = src[keep], owner[keep]
     kept = src.shape[0]
     if kept > R:  # cannot happen after the fit above; guard the invariant loudly
         raise SceneError(f"{raw.source}: internal error, {kept} road points exceed {R}.")
     info["kept_points"] = kept
     info["truncated_road_points"] = int(raw.num_road_points - kept)
-    info["subsampled_road_points"] = int(lens[sel].sum() - kept)
 
     pts = raw.road_xy[src] - origin
     seg = np.zeros_like(pts)

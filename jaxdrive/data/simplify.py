@@ -1,0 +1,76 @@
+"""Shape-preserving polyline simplification (Douglas-Peucker), NumPy on the host.
+
+Conversion uses it instead of keeping every ``s``-th point: a vertex is removed only when
+the simplified polyline stays within a tolerance of every original vertex (and so of the
+whole original polyline: the distance to a segment is convex along a segment), so corners
+(a kerb vertex, a lane's turn) are kept and only nearly collinear interior points go.
+
+``significance`` runs Douglas-Peucker once with tolerance 0 over all polylines at once,
+level by level (vectorised over every open range), and records for each vertex the
+largest tolerance at which it is still removed. ``significance > tol`` is then exactly the
+vertex set ``douglas_peucker(tol)`` keeps, for any ``tol``, so the conversion can pick the
+smallest tolerance that fits a point budget by sorting, without re-running anything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _segment_distance(q: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
+    """(n, 2) points, (n, 2) segment ends -> (n,) distance of each point to its segment."""
+    d = p1 - p0
+    rel = q - p0
+    len2 = np.einsum("ij,ij->i", d, d)
+    t = np.einsum("ij,ij->i", rel, d) / np.where(len2 > 0, len2, 1.0)
+    t = np.where(len2 > 0, np.clip(t, 0.0, 1.0), 0.0)
+    off = rel - t[:, None] * d
+    return np.sqrt(np.einsum("ij,ij->i", off, off))
+
+
+def significance(xy: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Douglas-Peucker significance of every vertex.
+
+    Args:
+      xy: (P, 2) float64, points of all polylines concatenated (metres; use coordinates
+        near the origin for precision).
+      start: (K + 1,) int64, polyline ``k`` is ``xy[start[k]:start[k + 1]]`` (non-empty).
+    Returns:
+      (P,) float64: a vertex is kept by Douglas-Peucker at tolerance ``tol`` iff its value
+      is ``> tol``; first and last points of each polyline are ``inf`` (always kept).
+    """
+    xy = np.asarray(xy, np.float64)
+    start = np.asarray(start, np.int64)
+    sig = np.zeros(xy.shape[0], np.float64)
+    if start.shape[0] < 2:
+        return sig
+    first, last = start[:-1], start[1:] - 1
+    sig[first] = np.inf
+    sig[last] = np.inf
+    # Open ranges (a, b) with interior points, and the significance of their parent split.
+    a, b = first, last
+    parent = np.full(a.shape[0], np.inf)
+    while True:
+        open_ = b - a >= 2
+        a, b, parent = a[open_], b[open_], parent[open_]
+        if a.shape[0] == 0:
+            return sig
+        n = b - a - 1
+        offs = np.cumsum(n) - n
+        owner = np.repeat(np.arange(a.shape[0]), n)
+        idx = np.repeat(a + 1, n) + (np.arange(int(n.sum())) - np.repeat(offs, n))
+        dist = _segment_distance(xy[idx], xy[a[owner]], xy[b[owner]])
+        # Farthest interior point of each range (ties: the lowest index).
+        order = np.lexsort((idx, -dist, owner))
+        pick = order[offs]
+        split = idx[pick]
+        s = np.minimum(dist[pick], parent)  # removed with the parent range if that goes
+        sig[split] = s
+        a, b = np.concatenate([a, split]), np.concatenate([split, b])
+        parent = np.concatenate([s, s])
+
+
+def douglas_peucker(xy: np.ndarray, start: np.ndarray, tolerance: float) -> np.ndarray:
+    """(P,) bool: the vertices Douglas-Peucker keeps at ``tolerance`` (metres), per
+    polyline (see ``significance``); endpoints always."""
+    return significance(xy, start) > tolerance

@@ -1,0 +1,123 @@
+"""Shape-preserving road simplification (``jaxdrive.data.simplify``): corners kept,
+collinear points dropped, deviation within the tolerance (brute force), equal to a plain
+recursive Douglas-Peucker; and on the real scenes in ``../shared/data`` (skipped when
+absent)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxdrive.data.convert import ConvertConfig, convert_scene
+from jaxdrive.data.simplify import douglas_peucker, significance
+from jaxdrive.data.sources import expand_inputs, iter_items, read_item
+from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.types import RoadType
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _seg_dist(q, a, b) -> float:
+    """Point-to-segment distance, written out independently of the module."""
+    (qx, qy), (ax, ay), (bx, by) = q, a, b
+    dx, dy = bx - ax, by - ay
+    n2 = dx * dx + dy * dy
+    t = 0.0 if n2 == 0 else min(1.0, max(0.0, ((qx - ax) * dx + (qy - ay) * dy) / n2))
+    return float(np.hypot(qx - ax - t * dx, qy - ay - t * dy))
+
+
+def _reference_dp(pts, tol) -> set[int]:
+    """Textbook recursive Douglas-Peucker: indices kept."""
+    keep = {0, len(pts) - 1}
+
+    def rec(i, j):
+        if j - i < 2:
+            return
+        d = [_seg_dist(pts[k], pts[i], pts[j]) for k in range(i + 1, j)]
+        k = int(np.argmax(d))
+        if d[k] > tol:
+            keep.add(i + 1 + k)
+            rec(i, i + 1 + k)
+            rec(i + 1 + k, j)
+
+    rec(0, len(pts) - 1)
+    return keep
+
+
+def _max_deviation(pts, kept) -> float:
+    """Largest distance of an original vertex to the simplified segment spanning it."""
+    idx = np.flatnonzero(kept)
+    worst = 0.0
+    for a, b in zip(idx[:-1], idx[1:], strict=True):
+        for k in range(a + 1, b):
+            worst = max(worst, _seg_dist(pts[k], pts[a], pts[b]))
+    return worst
+
+
+def test_collinear_runs_keep_corners_exactly():
+    # An L with a return: runs along x, up y, back along x; 0.5 m spacing.
+    run1 = [(x * 0.5, 0.0) for x in range(7)]  # (0,0)..(3,0)
+    run2 = [(3.0, y * 0.5) for y in range(1, 7)]  # ..(3,3)
+    run3 = [(3.0 - x * 0.5, 3.0) for x in range(1, 5)]  # ..(1,3)
+    pts = np.array(run1 + run2 + run3)
+    kept = douglas_peucker(pts, np.array([0, len(pts)]), 0.05)
+    # Corners (3,0) and (3,3) and the endpoints stay, every interior collinear point goes.
+    np.testing.assert_array_equal(pts[kept], [[0, 0], [3, 0], [3, 3], [1, 3]])
+
+
+def test_kerb_corner_is_never_dropped():
+    # A kerb with a 0.2 m jog (a parked car's bay): the jog's vertices deviate by 0.2 m
+    # from any shortcut, so a 0.1 m tolerance keeps them.
+    pts = np.array([(0, 0), (1, 0), (2, 0), (2, 0.2), (3, 0.2), (4, 0.2), (5, 0.2)], float)
+    kept = douglas_peucker(pts, np.array([0, len(pts)]), 0.1)
+    np.testing.assert_array_equal(pts[kept], [[0, 0], [2, 0], [2, 0.2], [5, 0.2]])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_recursive_reference_and_deviation_within_tolerance(seed):
+    rng = np.random.default_rng(seed)
+    polys = [np.cumsum(rng.normal(size=(n, 2)) * rng.uniform(0.05, 2.0), axis=0)
+             for n in rng.integers(1, 40, size=5)]
+    polys.append(np.array([(0, 0), (1, 0), (1, 1), (0, 1), (0, 0)], float))  # closed
+    start = np.concatenate([[0], np.cumsum([len(p) for p in polys])])
+    xy = np.concatenate(polys)
+    sig = significance(xy, start)
+    for tol in (0.0, 0.05, 0.3, 1.0, 5.0):
+        kept = sig > tol
+        for k, p in enumerate(polys):
+            mine = kept[start[k]:start[k + 1]]
+            ref = _reference_dp(p, tol)
+            assert set(np.flatnonzero(mine)) == ref, (seed, k, tol)
+            assert mine[0] and mine[-1]
+            assert _max_deviation(p, mine) <= tol + 1e-12
+
+
+def test_conversion_keeps_every_point_when_the_map_fits():
+    from test_data_convert import ROADS, make_raw
+
+    raw = make_raw([(0, 0, None)], ROADS)  # 42 points
+    cfg = ScenarioConfig(max_agents=2, num_steps=6, max_road_points=42, max_lanes=4)
+    arrays, info = convert_scene(raw, cfg, ConvertConfig(init_step=0))
+    assert info["num_road_points"] == 42 and info["road_tolerance"] == [0.0, 0.0]
+    assert info["simplified_road_points"] == 0 and info["truncated_road_points"] == 0
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_real_road_edges_within_tolerance_after_simplification():
+    cc = ConvertConfig()
+    for item in iter_items(expand_inputs([str(DATA)])):
+        raw = read_item(item)
+        rel = raw.road_xy - raw.road_xy.mean(axis=0)
+        kept = douglas_peucker(rel, raw.road_start, cc.road_tolerance)
+        edges = np.flatnonzero(raw.road_type == RoadType.ROAD_EDGE)
+        worst = 0.0
+        for k in edges[:40]:  # brute force on 40 edges per scene keeps this fast
+            a, b = raw.road_start[k], raw.road_start[k + 1]
+            worst = max(worst, _max_deviation(rel[a:b], kept[a:b]))
+        assert worst <= cc.road_tolerance + 1e-9, raw.source
+        if raw.sdc_index < 0:
+            continue  # the legacy layout without metadata: see the SDC inference tests
+        _, info = convert_scene(raw, ScenarioConfig(max_lanes=512), cc)
+        # The real-data defaults keep every map at the base tolerance: nothing coarser.
+        assert max(info["road_tolerance"]) <= cc.road_tolerance, raw.source
+        assert info["truncated_road_points"] == info["simplified_road_points"], raw.source
