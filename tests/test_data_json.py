@@ -239,3 +239,76 @@ def test_env_steps_loaded_scenes_in_every_control_mode(real, params):
     assert counts["sdc"] == n
     assert counts["all"] == int(controllable.sum())
     assert n < counts["fraction"] < counts["all"]
+
+
+# ---------------------------------------------------------------------- SDC inference
+def _legacy_object(kind, valid, x=0.0, **extra):
+    """An object of the older GPUDrive layout: no ``id``, no ``height``, degrees."""
+    t = len(valid)
+    return {"position": [{"x": x + s, "y": 0.0} for s in range(t)], "width": 2.0,
+            "length": 4.0, "heading": [0.0] * t,
+            "velocity": [{"x": 1.0, "y": 0.0}] * t, "valid": valid,
+            "goalPosition": {"x": x + t, "y": 0.0}, "type": kind, **extra}
+
+
+LEGACY_ROADS = [{"geometry": [{"x": 0.0, "y": -4.0}, {"x": 30.0, "y": -4.0}],
+                 "type": "road_edge"}]
+
+
+def test_missing_sdc_inferred_longest_vehicle_track(tmp_path):
+    # No metadata. Vehicle 1: 5 of 6 steps; pedestrian 2: all 6 (not a vehicle);
+    # vehicles 3 and 4: all 6 steps -> the tie goes to the lowest index, 3.
+    part = [True] * 5 + [False]
+    data = {"name": "legacy", "objects": [
+        _legacy_object("cyclist", [True] * 6), _legacy_object("vehicle", part, 5.0),
+        _legacy_object("pedestrian", [True] * 6), _legacy_object("vehicle", [True] * 6, 9.0),
+        _legacy_object("vehicle", [True] * 6, 20.0)], "roads": LEGACY_ROADS,
+        "tl_states": {}}
+    raw = scene_from_dict(data, "legacy.json")
+    assert raw.sdc_index == 3 and raw.sdc_inferred == "longest_vehicle_track"
+    assert any("SDC inferred as objects[3]" in n for n in raw.notes)
+    # sdc_track_index -1 in metadata is the same as none.
+    data["metadata"] = {"sdc_track_index": -1}
+    assert scene_from_dict(data, "legacy.json").sdc_index == 3
+    # An is_sdc flag wins over the rule.
+    data["objects"][1]["is_sdc"] = True
+    raw = scene_from_dict(data, "legacy.json")
+    assert raw.sdc_index == 1 and raw.sdc_inferred == "is_sdc"
+    with pytest.raises(SceneError, match=r"objects\[0\].is_sdc must be true or false"):
+        scene_from_dict(dict(data, objects=[dict(data["objects"][0], is_sdc="yes")]), "x")
+    # A named SDC is not inferred.
+    data["metadata"] = {"sdc_track_index": 4}
+    raw = scene_from_dict(data, "legacy.json")
+    assert raw.sdc_index == 4 and raw.sdc_inferred is None
+    # Converted: the manifest marks the scene (and counts it in the totals).
+    del data["metadata"], data["objects"][1]["is_sdc"]
+    path = tmp_path / "legacy.json"
+    path.write_text(json.dumps(data))
+    from jaxdrive.data.load import convert_to_shards
+
+    cfg = ScenarioConfig(max_agents=8, num_steps=6, max_road_points=16, max_lanes=2)
+    m = convert_to_shards([str(path)], tmp_path / "out", cfg, ConvertConfig(init_step=1))
+    assert m["num_scenarios"] == 1 and m["skipped"] == []
+    assert m["scenarios"][0]["sdc_inferred"] == "longest_vehicle_track"
+    assert m["totals"]["inferred_sdc"] == 1
+
+
+def test_no_vehicle_no_sdc():
+    data = {"objects": [_legacy_object("pedestrian", [True] * 3)], "roads": LEGACY_ROADS}
+    raw = scene_from_dict(data, "x.json")
+    assert raw.sdc_index == -1 and raw.sdc_inferred is None
+
+
+LEGACY = Path(__file__).resolve().parents[2] / "shared" / "data" / "womd_json_legacy"
+
+
+@pytest.mark.skipif(not LEGACY.is_dir(), reason=f"legacy JSON scenes not found in {LEGACY}")
+def test_real_legacy_layout_converts_with_inferred_sdc():
+    paths = sorted(str(p) for p in LEGACY.glob("*.json"))
+    scen, report = load_scenarios(paths, SC, ConvertConfig(init_step=INIT))
+    assert report["num_scenarios"] == len(paths) and report["skipped"] == []
+    check_scenarios(scen, SC, init_step=INIT, names=report["scenario_ids"])
+    for p in paths:
+        raw = read_json_scene(p)
+        assert raw.sdc_inferred in ("is_sdc", "longest_vehicle_track")
+        assert raw.valid[raw.sdc_index].all()  # a fully valid track where there is one

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdrive.data.convert import ConvertConfig, convert_scene
+from jaxdrive.data.convert import ConvertConfig, convert_scene, real_data_config
 from jaxdrive.data.simplify import douglas_peucker, significance
 from jaxdrive.data.sources import expand_inputs, iter_items, read_item
 from jaxdrive.scenarios.base import ScenarioConfig
@@ -115,9 +115,11 @@ def test_real_road_edges_within_tolerance_after_simplification():
             a, b = raw.road_start[k], raw.road_start[k + 1]
             worst = max(worst, _max_deviation(rel[a:b], kept[a:b]))
         assert worst <= cc.road_tolerance + 1e-9, raw.source
-        if raw.sdc_index < 0:
-            continue  # the legacy layout without metadata: see the SDC inference tests
-        _, info = convert_scene(raw, ScenarioConfig(max_lanes=512), cc)
+        _, info = convert_scene(raw, real_data_config(), cc)
         # The real-data defaults keep every map at the base tolerance: nothing coarser.
         assert max(info["road_tolerance"]) <= cc.road_tolerance, raw.source
         assert info["truncated_road_points"] == info["simplified_road_points"], raw.source
+        # ... and every object, lane and traffic light.
+        for key in ("truncated_agents", "truncated_lanes", "dropped_polylines",
+                    "truncated_traffic_lights", "truncated_lane_successors"):
+            assert info[key] == 0, (raw.source, key)

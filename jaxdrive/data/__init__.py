@@ -19,6 +19,7 @@ from jaxdrive.data.convert import (
     ConvertConfig,
     arrays_to_scenario,
     convert_scene,
+    real_data_config,
     scenario_to_arrays,
 )
 from jaxdrive.data.dataset import ScenarioDataset
@@ -31,6 +32,6 @@ from jaxdrive.data.womd import parse_scenario
 __all__ = [
     "ConvertConfig", "RawScene", "SceneError", "ScenarioDataset", "TFRecordError",
     "arrays_to_scenario", "check_scenarios", "convert_scene", "convert_to_shards",
-    "load_scenarios", "parse_scenario", "read_json_scene", "read_records", "scan_records",
-    "scenario_problems", "scenario_to_arrays", "write_records",
+    "load_scenarios", "parse_scenario", "read_json_scene", "read_records",
+    "real_data_config", "scan_records", "scenario_problems", "scenario_to_arrays", "write_records",
 ]

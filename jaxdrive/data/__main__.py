@@ -21,7 +21,7 @@ from jaxdrive.config import ConfigError
 from jaxdrive.data import shards as shards_lib
 from jaxdrive.data import subsets as subsets_lib
 from jaxdrive.data.checks import scenario_problems
-from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario
+from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario, real_data_config
 from jaxdrive.data.load import convert_one, convert_to_shards
 from jaxdrive.files import OutputError
 from jaxdrive.scenarios.base import ScenarioConfig
@@ -29,7 +29,9 @@ from jaxdrive.types import ObjectType, RoadType
 
 
 def _size_args(p: argparse.ArgumentParser) -> None:
-    d = ScenarioConfig()
+    # Real-data sizes (every object and lane of a WOMD scene), not ScenarioConfig()'s
+    # procedural defaults.
+    d = real_data_config()
     p.add_argument("--max-agents", type=int, default=d.max_agents)
     p.add_argument("--num-steps", type=int, default=d.num_steps)
     p.add_argument("--max-road-points", type=int, default=d.max_road_points)
@@ -38,6 +40,8 @@ def _size_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-traffic-lights", type=int, default=d.max_traffic_lights)
     p.add_argument("--init-step", type=int, default=ConvertConfig.init_step,
                    help="step whose SDC position is the origin (the env's init_step)")
+    p.add_argument("--road-tolerance", type=float, default=ConvertConfig.road_tolerance,
+                   help="metres; simplify polylines within this when over --max-road-points")
 
 
 def _configs(args) -> tuple[ScenarioConfig, ConvertConfig]:
@@ -46,7 +50,7 @@ def _configs(args) -> tuple[ScenarioConfig, ConvertConfig]:
         max_road_points=args.max_road_points, max_lanes=args.max_lanes,
         max_lane_successors=args.max_lane_successors,
         max_traffic_lights=args.max_traffic_lights)
-    return sc, ConvertConfig(init_step=args.init_step)
+    return sc, ConvertConfig(init_step=args.init_step, road_tolerance=args.road_tolerance)
 
 
 def cmd_convert(args) -> int:
@@ -61,8 +65,12 @@ def cmd_convert(args) -> int:
     print(f"converted {n} scenarios from {len(m['source_files'])} files into "
           f"{m['num_shards']} shards ({m['total_bytes'] / 1e6:.1f} MB) in {dt:.1f} s "
           f"({n / max(dt, 1e-9):.1f} scenes/s)")
+    tot = m["totals"]
     print(f"truncated: {m['truncated_agents']} agents, {m['truncated_road_points']} road "
-          f"points; dropped never-valid agents: {m['totals']['dropped_invalid_agents']}")
+          f"points ({tot['simplified_road_points']} of them simplified away within "
+          f"{cc.road_tolerance:g} m), {tot['dropped_polylines']} polylines; dropped "
+          f"never-valid agents: {tot['dropped_invalid_agents']}; SDC inferred in "
+          f"{tot['inferred_sdc']} scenes")
     for s in m["skipped"]:
         source, reason = s["source"], s["reason"]  # most reasons name their source
         print(f"skipped {reason}" if reason.startswith(source) else

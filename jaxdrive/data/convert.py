@@ -51,7 +51,7 @@ REPORT_COUNTS = (
     "truncated_agents", "dropped_invalid_agents", "truncated_road_points",
     "simplified_road_points", "dropped_polylines", "truncated_lanes",
     "truncated_lane_successors", "dropped_lane_links", "truncated_traffic_lights",
-    "truncated_steps", "padded_steps",
+    "truncated_steps", "padded_steps", "inferred_sdc",
 )
 
 
@@ -86,6 +86,23 @@ class ConvertConfig(ConfigBase):
         (their ``max_stride`` key is ignored)."""
         data = {k: v for k, v in dict(data or {}).items() if k != "max_stride"}
         return cls.from_dict(data, path)
+
+
+# Padded sizes for converting real (WOMD) scenes, measured on the scenes in
+# ../shared/data (docs/data.md, "Real-data defaults"): WOMD's tf.Example format caps a
+# scene at 128 agents (Waymo's own test scene has 83); the largest map (35,218 points,
+# 257 lanes) simplifies to 3,133 points at the 0.05 m tolerance; 12 signal lanes; at
+# most 4 exits per lane.
+# Separate from ``ScenarioConfig()``'s defaults, which procedural scenes and the presets
+# use (changing those would change training results).
+REAL_DATA_SIZES = {"max_agents": 128, "num_steps": 91, "max_road_points": 4096,
+                   "max_lanes": 512, "max_lane_successors": 4, "max_traffic_lights": 32}
+
+
+def real_data_config(**overrides) -> ScenarioConfig:
+    """The padded sizes ``python -m jaxdrive.data convert`` uses by default
+    (``REAL_DATA_SIZES``), with ``overrides`` (ScenarioConfig keys) applied."""
+    return ScenarioConfig(**{**REAL_DATA_SIZES, **overrides})
 
 
 def _fit_tolerance(sig: np.ndarray, budget: int, low: float, high: float) -> float | None:
@@ -140,6 +157,7 @@ def convert_scene(
     report = {k: 0 for k in REPORT_COUNTS}
     report["truncated_steps"] = max(0, raw_t - T)
     report["padded_steps"] = max(0, T - raw_t)
+    report["inferred_sdc"] = int(raw.sdc_inferred is not None)
 
     # ---------------------------------------------------------------- agents
     valid = raw.valid[:, :steps]
@@ -236,6 +254,7 @@ def convert_scene(
         "num_road_points": int(road_info["kept_points"]),
         "num_road_points_in": int(raw.num_road_points),
         "road_tolerance": list(road_info["tolerance"]),
+        "sdc_inferred": raw.sdc_inferred,
         **report, "notes": list(raw.notes) + road_info["notes"],
     }
     return out, info

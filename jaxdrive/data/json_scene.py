@@ -5,6 +5,10 @@ The format: ``objects`` (per-step ``position`` {x, y, z}, ``heading``, ``velocit
 ``roads`` (``geometry`` list of {x, y, z}, ``type``, ``id``), ``tl_states`` (lane id ->
 {``state``: [names], ``x``, ``y``, ``time_index``}), ``metadata`` (``sdc_track_index``,
 ``objects_of_interest`` (track ids), ``tracks_to_predict`` ({``track_index``} or ints)).
+Older layouts have no ``metadata`` (nor ``id``, ``height``): when the scene names no SDC
+(no ``sdc_track_index``, or -1), it is chosen by ``raw.infer_sdc`` (an object's
+``is_sdc`` flag, else the vehicle with the most valid steps, lowest index on ties) and
+marked as inferred (``RawScene.sdc_inferred``, the manifest's ``sdc_inferred``).
 Headings are radians; a file whose valid headings exceed 2 pi is read as degrees (older
 GPUDrive converters wrote degrees) and says so in the scene's notes.
 
@@ -24,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdrive.data.raw import RawScene, SceneError, pack_polylines
+from jaxdrive.data.raw import RawScene, SceneError, infer_sdc, pack_polylines
 from jaxdrive.types import ObjectType, RoadType, TrafficLightState
 
 _OBJECT_TYPES = {"unset": ObjectType.UNSET, "vehicle": ObjectType.VEHICLE,
@@ -178,6 +182,10 @@ def _read_object(obj: Any, i: int, t_steps: int, where: str) -> dict[str, Any]:
     if not isinstance(expert, bool):
         raise SceneError(f"{where}.mark_as_expert must be true or false, got {_show(expert)}.")
     fields["expert"] = expert
+    is_sdc = _opt(obj, "is_sdc", False)
+    if not isinstance(is_sdc, bool):
+        raise SceneError(f"{where}.is_sdc must be true or false, got {_show(is_sdc)}.")
+    fields["is_sdc"] = is_sdc
     return fields
 
 
@@ -219,12 +227,14 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
     obj_type = np.zeros(n, np.int32)
     object_id = np.zeros(n, np.int64)
     expert = np.zeros(n, bool)
+    flagged = np.zeros(n, bool)
     unknown_types = set()
     for i, obj in enumerate(objects):
         f = _read_object(obj, i, t_steps, f"{source}: objects[{i}]")
         xy[i], yaw[i], vel[i], valid[i] = f["position"], f["heading"], f["velocity"], f["valid"]
         length[i], width[i], object_id[i], expert[i] = f["length"], f["width"], f["id"], f[
             "expert"]
+        flagged[i] = f["is_sdc"]
         if f["type"] not in _OBJECT_TYPES:
             unknown_types.add(f["type"])
         obj_type[i] = _OBJECT_TYPES.get(f["type"], ObjectType.OTHER)
@@ -238,6 +248,12 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
     yaw = np.where(valid, yaw, 0.0)
 
     sdc, of_interest, to_predict = _metadata(data, object_id, source, notes)
+    sdc_inferred = None
+    if sdc == -1:  # older layouts carry no metadata: choose by the documented rule
+        sdc, sdc_inferred = infer_sdc(valid, obj_type, flagged)
+        if sdc_inferred:
+            notes.append(f"no sdc_track_index: SDC inferred as objects[{sdc}] "
+                         f"(rule {sdc_inferred})")
     road_xy, road_start, road_type, road_id = pack_polylines(_roads(roads, source, notes))
     tl_lane, tl_state, tl_valid, tl_stop = _traffic_lights(data.get("tl_states"), t_steps,
                                                            source, notes)
@@ -247,7 +263,8 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
         object_type=obj_type, object_id=object_id, sdc_index=sdc, of_interest=of_interest,
         to_predict=to_predict, expert=expert, road_xy=road_xy, road_start=road_start,
         road_type=road_type, road_id=road_id, lane_exits={}, tl_lane=tl_lane,
-        tl_state=tl_state, tl_valid=tl_valid, tl_stop_xy=tl_stop, notes=notes,
+        tl_state=tl_state, tl_valid=tl_valid, tl_stop_xy=tl_stop, sdc_inferred=sdc_inferred,
+        notes=notes,
     ).check()
 
 

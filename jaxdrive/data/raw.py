@@ -11,7 +11,13 @@ import dataclasses
 
 import numpy as np
 
-from jaxdrive.types import NUM_OBJECT_TYPES, NUM_ROAD_TYPES, RoadType, TrafficLightState
+from jaxdrive.types import (
+    NUM_OBJECT_TYPES,
+    NUM_ROAD_TYPES,
+    ObjectType,
+    RoadType,
+    TrafficLightState,
+)
 
 
 class SceneError(ValueError):
@@ -49,6 +55,8 @@ class RawScene:
       tl_valid: (TL, T) bool.
       tl_stop_xy: (TL, 2) float64, stop point.
       current_time_index: the WOMD "current" step, if the source gives one.
+      sdc_inferred: how the SDC was chosen when the source names none (``infer_sdc``'s
+        rule name), None when the source gives it.
       notes: remarks made while reading (units guessed, unknown types, ...).
     """
 
@@ -76,6 +84,7 @@ class RawScene:
     tl_valid: np.ndarray
     tl_stop_xy: np.ndarray
     current_time_index: int | None = None
+    sdc_inferred: str | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -202,6 +211,32 @@ def _fmt(value) -> str:
     if np.ndim(value):
         return "(" + ", ".join(f"{v:g}" for v in np.ravel(value)) + ")"
     return f"{value:g}"
+
+
+def infer_sdc(valid: np.ndarray, object_type: np.ndarray,
+              flagged: np.ndarray) -> tuple[int, str | None]:
+    """Choose the self-driving car of a scene whose source names none.
+
+    Rule: the first object flagged ``is_sdc``; else the vehicle with the most valid
+    steps (a fully valid track when there is one), ties to the lowest index.
+
+    Args:
+      valid: (N, T) bool.
+      object_type: (N,) int32, ``ObjectType``.
+      flagged: (N,) bool, the source's per-object SDC flag (all False if absent).
+    Returns:
+      (index, rule): the object index and ``"is_sdc"`` / ``"longest_vehicle_track"``, or
+      (-1, None) when the scene has no vehicle valid at any step.
+    """
+    if flagged.any():
+        return int(np.flatnonzero(flagged)[0]), "is_sdc"
+    vehicles = np.flatnonzero(object_type == ObjectType.VEHICLE)
+    if vehicles.shape[0] == 0:
+        return -1, None
+    steps = valid[vehicles].sum(axis=1)
+    if steps.max() == 0:
+        return -1, None
+    return int(vehicles[np.argmax(steps)]), "longest_vehicle_track"  # argmax: first max
 
 
 def close_polygon(points: np.ndarray) -> np.ndarray:

@@ -34,7 +34,8 @@ MANIFEST_VERSION = 1
 FORMAT = "jaxdrive-scenario-shards"
 # Per-scene record fields copied from the converter's info into the manifest.
 _RECORD_FIELDS = ("scenario_id", "source", "origin", "num_agents", "num_objects_in",
-                  "num_road_points", "num_road_points_in", "road_tolerance") + REPORT_COUNTS
+                  "num_road_points", "num_road_points_in", "road_tolerance",
+                  "sdc_inferred") + REPORT_COUNTS
 # Index fills for padding to larger sizes (everything else pads with 0 / False).
 _MINUS_ONE = ("roadgraph.id", "lanes.successors", "traffic_lights.lane_id")
 
