@@ -90,6 +90,8 @@ def test_matches_recursive_reference_and_deviation_within_tolerance(seed):
             assert set(np.flatnonzero(mine)) == ref, (seed, k, tol)
             assert mine[0] and mine[-1]
             assert _max_deviation(p, mine) <= tol + 1e-12
+        # The pruned computation answers the same for every tolerance at or above floor.
+        np.testing.assert_array_equal(significance(xy, start, floor=tol) > tol, kept)
 
 
 def test_conversion_keeps_every_point_when_the_map_fits():

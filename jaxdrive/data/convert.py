@@ -286,7 +286,7 @@ def _convert_roads(raw: RawScene, origin, config: ScenarioConfig, cc: ConvertCon
         point_ok = alive[owner_all]
         tol = (0.0, 0.0)
     else:
-        sig = significance(rel, raw.road_start)
+        sig = significance(rel, raw.road_start, base)
         pt_alive, pt_edge = alive[owner_all], is_edge[owner_all]
         n_edge_base = int((pt_alive & pt_edge & (sig > base)).sum())
         t_other = _fit_tolerance(sig[pt_alive & ~pt_edge], R - n_edge_base, base, top)

@@ -28,16 +28,20 @@ def _segment_distance(q: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> np.ndarr
     return np.sqrt(np.einsum("ij,ij->i", off, off))
 
 
-def significance(xy: np.ndarray, start: np.ndarray) -> np.ndarray:
+def significance(xy: np.ndarray, start: np.ndarray, floor: float = 0.0) -> np.ndarray:
     """Douglas-Peucker significance of every vertex.
 
     Args:
       xy: (P, 2) float64, points of all polylines concatenated (metres; use coordinates
         near the origin for precision).
       start: (K + 1,) int64, polyline ``k`` is ``xy[start[k]:start[k + 1]]`` (non-empty).
+      floor: metres; only tolerances ``>= floor`` will be asked about, so a range whose
+        points all lie within ``floor`` of its chord is not split further (its points get
+        values ``<= floor``). Saves most of the work on densely sampled maps.
     Returns:
-      (P,) float64: a vertex is kept by Douglas-Peucker at tolerance ``tol`` iff its value
-      is ``> tol``; first and last points of each polyline are ``inf`` (always kept).
+      (P,) float64: a vertex is kept by Douglas-Peucker at tolerance ``tol >= floor`` iff
+      its value is ``> tol``; first and last points of each polyline are ``inf`` (always
+      kept).
     """
     xy = np.asarray(xy, np.float64)
     start = np.asarray(start, np.int64)
@@ -63,8 +67,12 @@ def significance(xy: np.ndarray, start: np.ndarray) -> np.ndarray:
         # Farthest interior point of each range (ties: the lowest index).
         order = np.lexsort((idx, -dist, owner))
         pick = order[offs]
+        top = dist[pick]
+        flat = top <= floor  # every point within floor: all go at any tolerance asked
+        sig[idx[flat[owner]]] = top[owner[flat[owner]]]
+        pick, a, b, parent, top = pick[~flat], a[~flat], b[~flat], parent[~flat], top[~flat]
         split = idx[pick]
-        s = np.minimum(dist[pick], parent)  # removed with the parent range if that goes
+        s = np.minimum(top, parent)  # removed with the parent range if that goes
         sig[split] = s
         a, b = np.concatenate([a, split]), np.concatenate([split, b])
         parent = np.concatenate([s, s])
@@ -73,4 +81,4 @@ def significance(xy: np.ndarray, start: np.ndarray) -> np.ndarray:
 def douglas_peucker(xy: np.ndarray, start: np.ndarray, tolerance: float) -> np.ndarray:
     """(P,) bool: the vertices Douglas-Peucker keeps at ``tolerance`` (metres), per
     polyline (see ``significance``); endpoints always."""
-    return significance(xy, start) > tolerance
+    return significance(xy, start, tolerance) > tolerance
