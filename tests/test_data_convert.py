@@ -293,6 +293,13 @@ def test_convert_cli_manifest_and_load_round_trip(inputs, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "scenario json7" in text and "agents: 8 kept of 10" in text
     assert "checks: ok" in text
+    # A manifest written before road simplification (convert_config with max_stride)
+    # still reads.
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["convert_config"] = {"init_step": 2, "max_stride": 64}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert cli(["inspect", str(out), "--id", "json7"]) == 0
+    assert "init_step 2" in capsys.readouterr().out
 
 
 def test_json_and_tfrecord_paths_agree(inputs):

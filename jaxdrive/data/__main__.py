@@ -129,7 +129,7 @@ def cmd_inspect(args) -> int:
         "steps": int(obj.shape[1]), "init_step": init_step,
         "agents": int(present.sum()), "agents_in_source": info.get("num_objects_in"),
         "agent_types": dict(types),
-        "sdc": {"slot": sdc, "valid_steps": sdc_steps,
+        "sdc": {"slot": sdc, "valid_steps": sdc_steps, "inferred": info.get("sdc_inferred"),
                 "type": ObjectType(int(arrays["objects.type"][sdc])).name.lower(),
                 "length": float(arrays["objects.length"][sdc]),
                 "width": float(arrays["objects.width"][sdc])},
@@ -155,7 +155,8 @@ def cmd_inspect(args) -> int:
           f"{dict(types)}; truncated {summary['truncated_agents']}")
     s = summary["sdc"]
     print(f"  SDC: slot {s['slot']}, {s['type']} {s['length']:.2f} x {s['width']:.2f} m, "
-          f"valid {s['valid_steps']}/{summary['steps']} steps")
+          f"valid {s['valid_steps']}/{summary['steps']} steps"
+          + (f" (inferred: {s['inferred']})" if s["inferred"] else ""))
     print(f"  origin (world): ({ox:.3f}, {oy:.3f})")
     print(f"  road points: {summary['road_points']} kept of "
           f"{summary['road_points_in_source']} (simplified within tolerance edges/other "
