@@ -417,3 +417,14 @@ def test_damaged_subset_file_is_a_clear_error(cache):
     (cache / "subsets" / "turns.json").write_text('{"ids": []}')
     with pytest.raises(ConfigError, match="must hold a list of scenario ids"):
         subset_ids(cache, "turns")
+
+
+def test_scenes_converted_larger_than_the_env_name_the_sizes_to_set():
+    from jaxdrive.data.shards import adapt_arrays
+    from jaxdrive.scenarios.base import ScenarioConfig
+
+    stored = ScenarioConfig(max_agents=128, max_lanes=512)
+    wanted = ScenarioConfig(max_agents=64, max_lanes=128)
+    with pytest.raises(ConfigError, match=re.escape(
+            "--set env.scenario.max_agents=128 --set env.scenario.max_lanes=512")):
+        adapt_arrays({}, stored, wanted)

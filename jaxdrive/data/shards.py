@@ -360,8 +360,10 @@ def adapt_arrays(arrays: dict[str, np.ndarray], stored: ScenarioConfig,
                           for k in smaller)
         raise ConfigError(
             f"converted scenarios are larger than the requested ScenarioConfig ({pairs}). "
-            "Reconvert with the smaller sizes (python -m jaxdrive.data convert ... "
-            "--max-agents/--max-road-points/...) or raise the config's sizes.")
+            "Raise the config's sizes to the stored ones ("
+            + " ".join(f"--set env.scenario.{k}={getattr(stored, k)}" for k in smaller)
+            + ") or reconvert with the smaller sizes (python -m jaxdrive.data convert ... "
+            "--max-agents/--max-road-points/...).")
     shapes = wanted.shapes()
     out = {}
     for key, arr in arrays.items():
