@@ -1,0 +1,104 @@
+"""The ``realism`` evaluator (jaxdrive.eval.realism): WOSAC scores of rollouts in the
+suite machinery, on tiny procedural scenes with a tiny MLP policy."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdrive.config import ConfigError
+from jaxdrive.env import Env, EnvConfig
+from jaxdrive.eval import realism
+from jaxdrive.eval.evaluators import EVALUATORS, make_evaluators
+from jaxdrive.eval.suite import load_suite_specs
+from jaxdrive.models.policy import Policy, PolicyConfig
+from jaxdrive.scenarios.procedural import ProceduralConfig
+
+ENV = {"scenario": {"max_agents": 4, "num_steps": 24},
+       "observation": {"num_partners": 3, "num_road": 20},
+       "road_index": {"road_per_cell": 20, "grid_size": 8}, "init_step": 4}
+PROCEDURAL = {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 1.0,
+                                                 "t_junction": 0.0, "intersection": 0.0}}
+NAMES = ("meta_metric", "kinematic", "interactive", "map_based", "min_ade",
+         *realism.wosac.FEATURE_NAMES)
+
+
+def _suite(**section):
+    base = {"type": "realism", "num_scenarios": 3, "batch_size": 2, "seed": 3,
+            "num_rollouts": 2, "deterministic": False}
+    return {"eval": {"real": {**base, **section}}}
+
+
+@pytest.fixture(scope="module")
+def setup():
+    env_config = EnvConfig.from_dict(ENV)
+    procedural = ProceduralConfig.from_dict(PROCEDURAL)
+    env = Env(env_config)
+    policy = Policy.for_env(PolicyConfig(kind="mlp", model_dim=16, token_dim=8), env)
+    from jaxdrive.scenarios.pool import make_pool
+    from jaxdrive.scenarios.procedural import generate_batch
+
+    scenes = generate_batch(jax.random.key(1), 2, procedural, env_config.scenario)
+    env_params = env.make_params(make_pool(scenes, env_config.road_index))
+    _, ts = env.reset_batch(env_params, jax.random.key(0), 1)
+    obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), ts.obs)
+    return env_config, procedural, policy, obs
+
+
+def _evaluator(setup, **section):
+    env_config, procedural, _, _ = setup
+    specs = load_suite_specs(_suite(**section), env_config, procedural)
+    (ev,) = make_evaluators(specs.values())
+    return ev
+
+
+def test_registered_and_config_checked(setup):
+    assert "realism" in EVALUATORS
+    with pytest.raises(ConfigError):
+        _evaluator(setup, simulate="some")
+    with pytest.raises(ConfigError):
+        _evaluator(setup, actors=["policy", "expert"])
+
+
+def test_scores_named_in_range_and_no_recompile(setup):
+    _, _, policy, obs = setup
+    ev = _evaluator(setup)
+    params = policy.init(jax.random.key(0), obs)
+    res = ev.run(policy, params)
+    assert res.status == "ok", res.error
+    for name in NAMES:
+        assert name in res.metrics, name
+        assert len(res.per_scenario[name]) == 3
+    for name in NAMES[:4] + realism.wosac.FEATURE_NAMES:
+        assert 0.0 <= res.metrics[name] <= 1.0, (name, res.metrics[name])
+    assert res.per_scenario["scenario_id"] == [0, 1, 2]
+    assert res.metrics["scored_scenarios"] == 3.0
+    traces = realism.TRACES[0]
+    # A fresh init may act alike (a small output layer); move every weight.
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(5), len(leaves))
+    moved = jax.tree.unflatten(tree, [x + jax.random.normal(k, x.shape, x.dtype)
+                                      for x, k in zip(leaves, keys, strict=True)])
+    res2 = ev.run(policy, moved)
+    assert res2.status == "ok", res2.error
+    assert realism.TRACES[0] == traces and res2.compile_seconds == 0.0
+    assert res2.metrics["meta_metric"] != res.metrics["meta_metric"]
+
+
+def test_log_replay_beats_random(setup):
+    _, _, policy, obs = setup
+    ev = _evaluator(setup, actors=["log_replay", "random"])
+    res = ev.run(policy, policy.init(jax.random.key(0), obs))
+    assert res.status == "ok", res.error
+    assert res.metrics["meta_metric"] > res.metrics["random/meta_metric"]
+    assert res.metrics["min_ade"] < res.metrics["random/min_ade"]
+    assert np.all(np.isfinite(res.per_scenario["random/meta_metric"]))
+
+
+def test_controlled_mode_runs(setup):
+    _, _, policy, obs = setup
+    ev = _evaluator(setup, simulate="controlled", **{"env.control_mode": "sdc"})
+    res = ev.run(policy, policy.init(jax.random.key(0), obs))
+    assert res.status == "ok", res.error
+    assert 0.0 <= res.metrics["meta_metric"] <= 1.0
