@@ -125,3 +125,15 @@ def test_cli_default_suite_file(tmp_path):
     for part in ("meta", "kinematic", "interactive", "map"):
         assert any(part in k for k in ev["metrics"]), part
     assert len(ev["per_scenario"]["meta_metric"]) == 8
+
+
+def test_realism_preset_selects_the_evaluator():
+    from jaxdrive.eval.suite import load_suite_file
+
+    (spec,) = load_suite_file("eval/realism", "realism", EnvConfig())
+    assert spec.type == "realism" and spec.config.num_rollouts == 8
+    assert spec.deterministic is False and spec.scenarios is None
+    assert spec.env.episode_length is None and spec.env.collision_behavior == "ignore"
+    (ref,) = load_suite_file("eval/realism", "realism_references", EnvConfig())
+    assert ref.config.actors == ("log_replay", "random") and ref.enabled is False
+    assert [s.name for s in load_suite_file("eval/realism", None, EnvConfig())] == ["realism"]
