@@ -94,6 +94,7 @@ class RealismConfig(EvaluatorConfig):
         check_int("num_rollouts", self.num_rollouts, 1, 4096)
         check_choice("simulate", self.simulate, SIMULATE)
         if (not isinstance(self.actors, tuple) or not self.actors
+                or not all(isinstance(a, str) for a in self.actors)
                 or len(set(self.actors)) != len(self.actors)):
             raise ConfigError(f"config key 'actors' = {as_written(self.actors)!r} must list "
                               f"distinct actors out of {list(ACTORS)}.")
