@@ -134,3 +134,42 @@ def test_realism_preset_selects_the_evaluator():
     (ref,) = load_suite_file("eval/realism", "realism_references", EnvConfig())
     assert ref.config.actors == ("log_replay", "random") and ref.enabled is False
     assert [s.name for s in load_suite_file("eval/realism", None, EnvConfig())] == ["realism"]
+
+
+_DEVICES_SCRIPT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import jax
+import test_realism_eval as t
+s = t.setup.__wrapped__()
+ev = t._evaluator(s, num_scenarios=4, batch_size=4)
+res = ev.run(s[2], s[2].init(jax.random.key(0), s[3]))
+assert res.status == "ok", res.error
+print("RESULT" + json.dumps({{"devices": jax.device_count(), "batch": ev._setup["batch"],
+                             "metrics": res.metrics, "per": res.per_scenario}}))
+"""
+
+
+@pytest.mark.slow
+def test_eight_fake_devices_give_the_one_device_numbers():
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    out = {}
+    for d in (1, 8):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu",
+               "PYTHONPATH": str(pathlib.Path(tests).parent),
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={d}"}
+        proc = subprocess.run([sys.executable, "-c", _DEVICES_SCRIPT.format(tests=tests)],
+                              capture_output=True, text=True, env=env, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
+        out[d] = json.loads(line[len("RESULT"):])
+    assert out[8]["devices"] == 8 and out[1]["batch"] == out[8]["batch"] == 8
+    for k, v in out[1]["metrics"].items():
+        assert out[8]["metrics"][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    for k, v in out[1]["per"].items():
+        assert out[8]["per"][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
