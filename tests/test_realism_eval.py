@@ -173,3 +173,25 @@ def test_eight_fake_devices_give_the_one_device_numbers():
         assert out[8]["metrics"][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
     for k, v in out[1]["per"].items():
         assert out[8]["per"][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+
+
+@pytest.mark.slow
+def test_two_shards_merge_to_the_serial_run(setup):
+    from jaxdrive.eval.merge import merge_results
+    from jaxdrive.eval.runner import run_evaluators
+    from jaxdrive.eval.shards import Shard
+
+    _, _, policy, obs = setup
+    ev = _evaluator(setup)
+    params = policy.init(jax.random.key(0), obs)
+    serial = json.loads(run_evaluators([ev], policy, params, progress=False,
+                                       checkpoint="RUN").to_json())
+    shards = [json.loads(run_evaluators([ev], policy, params, progress=False,
+                                        checkpoint="RUN", shard=Shard(i, 2)).to_json())
+              for i in range(2)]
+    merged = json.loads(merge_results([(f"f{i}.json", d) for i, d in
+                                       enumerate(shards)]).to_json())
+    timing = ("eval_seconds", "compile_seconds")
+    same = lambda doc: {k: v for k, v in doc["evaluators"]["real"].items()  # noqa: E731
+                        if k not in timing}
+    assert merged["status"] == "ok" and same(merged) == same(serial)
