@@ -90,13 +90,14 @@ def test_scores_named_in_range_baselines_ordered_no_recompile(setup):
 
 def test_controlled_mode_random_actor(setup):
     _, _, policy, obs = setup
-    ev = _evaluator(setup, simulate="controlled", actors=["random"],
+    ev = _evaluator(setup, simulate="controlled", actors=["random", "constant_velocity"],
                     **{"env.control_mode": "sdc"})
     res = ev.run(policy, policy.init(jax.random.key(0), obs))
     assert res.status == "ok", res.error
     assert 0.0 <= res.metrics["meta_metric"] <= 1.0
     # Only the SDC is driven and scored.
     assert set(res.per_scenario["evaluated_objects"]) == {1.0}
+    assert 0.0 <= res.metrics["constant_velocity/meta_metric"] <= 1.0
 
 
 @pytest.mark.slow
@@ -132,7 +133,8 @@ def test_realism_preset_selects_the_evaluator():
     assert spec.deterministic is False and spec.scenarios is None
     assert spec.env.episode_length is None and spec.env.collision_behavior == "ignore"
     (ref,) = load_suite_file("eval/realism", "realism_references", EnvConfig())
-    assert ref.config.actors == ("log_replay", "random") and ref.enabled is False
+    assert ref.config.actors == ("log_replay", "constant_velocity", "random")
+    assert ref.enabled is False
     assert [s.name for s in load_suite_file("eval/realism", None, EnvConfig())] == ["realism"]
 
 

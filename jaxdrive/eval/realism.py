@@ -32,9 +32,10 @@ is held at its last counted step (the env auto-resets, those steps are not count
 
 Actors (``actors``): ``policy`` (the checkpoint's policy, sampling unless
 ``deterministic``), ``log_replay`` (the log-replay controller: the log as followed
-through the env's dynamics; an upper reference) and ``random`` (uniform random actions;
-a lower reference). The first actor's metrics are reported plainly, the others' under
-``ACTOR/``.
+through the env's dynamics; an upper reference), ``constant_velocity`` (zero
+acceleration and curvature: straight on at the initial speed, the challenge's simplest
+baseline) and ``random`` (uniform random actions; a lower reference). The first
+actor's metrics are reported plainly, the others' under ``ACTOR/``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from jaxdrive.eval.spec import EvaluatorConfig, as_written
 from jaxdrive.metrics import wosac
 
 SIMULATE = ("all", "controlled")
-ACTORS = ("policy", "log_replay", "random")
+ACTORS = ("policy", "log_replay", "constant_velocity", "random")
 
 # Scalar outputs of ``realism_scores`` kept, and the names they are reported under.
 _REPORTED = {"metametric": "meta_metric", "kinematic": "kinematic",
@@ -78,7 +79,8 @@ class RealismConfig(EvaluatorConfig):
       num_rollouts: rollouts per scenario (the challenge's 32).
       simulate: ``all`` (every valid object driven by the actor, as in the challenge)
         or ``controlled`` (the env's controlled objects; the others replay the log).
-      actors: who drives: any of ``policy``, ``log_replay``, ``random`` (first reported
+      actors: who drives: any of ``policy``, ``log_replay``, ``constant_velocity``,
+        ``random`` (first reported
         plainly, the others under ``ACTOR/``).
       rollout_batch: rollouts whose WOSAC features are computed at once (memory bound;
         ``jaxdrive.metrics.wosac.realism_scores``).
@@ -101,6 +103,22 @@ class RealismConfig(EvaluatorConfig):
         for name in self.actors:
             check_choice("actors", name, ACTORS)
         check_int("rollout_batch", self.rollout_batch, 1, 4096)
+
+
+def constant_velocity(env: Env):
+    """Controller ``(params, state, timestep, key) -> action`` of one env: zero
+    acceleration and zero curvature at the current speed (straight on, constant speed;
+    nearest grid action in a discrete action space)."""
+
+    def act(params, state, timestep, key):
+        del params, timestep, key
+        a = state.agents
+        speed = a.vel[:, 0] * jnp.cos(a.yaw) + a.vel[:, 1] * jnp.sin(a.yaw)
+        zeros = jnp.zeros_like(speed)
+        # The controllers' own conversion (dynamics model targets -> the env's action).
+        return controllers._to_env_action(env, zeros, zeros, speed, state.length)
+
+    return act
 
 
 class Realism(Evaluator):
@@ -140,6 +158,8 @@ class Realism(Evaluator):
                 out[name] = policy_actor(env, policy, deterministic=self.spec.deterministic)
             elif name == "log_replay":
                 out[name] = controller_actor(env, controllers.log_replay(env))
+            elif name == "constant_velocity":
+                out[name] = controller_actor(env, constant_velocity(env))
             else:
                 out[name] = controller_actor(env, controllers.random_actions(env))
         return out
