@@ -179,7 +179,7 @@ def test_unknown_or_missing_type_lists_the_types():
     assert "Did you mean 'multi_scenario'?" in msg
     assert "Allowed values: " + ", ".join(EVALUATOR_TYPES) + "." in msg
     assert EVALUATOR_TYPES == ("multi_scenario", "human_replay", "behavior_class",
-                               "adaptation", "planning")
+                               "adaptation", "planning", "realism")
     msg = error({"v": {"interval": 5}})
     assert "eval section 'v' has no 'type'" in msg and "template: true" in msg
 

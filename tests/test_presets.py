@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 RUN_PRESETS = ("quickstart", "selfplay_gpu", "adaptive")
 SIMULATE_PRESETS = ("simulate_default", "human_replay", "adaptive_simulate")
-SUITE_PRESETS = ("eval/default",)
+SUITE_PRESETS = ("eval/default", "eval/realism")
 
 
 def test_every_file_of_configs_is_a_preset_and_each_is_tested_here():

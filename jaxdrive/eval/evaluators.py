@@ -15,6 +15,8 @@ built-in types:
   confidence intervals over scenarios, for the policy with memory and for the same
   policy with its memory wiped at every trial boundary (the control).
 - ``planning``: the nuPlan-style closed-loop score of the SDC (``jaxdrive.eval.planning``).
+- ``realism``: WOSAC 2025 realism scores of ``num_rollouts`` rollouts per scenario
+  against the log (``jaxdrive.eval.realism``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from jaxdrive.env import Env, EnvConfig
 from jaxdrive.eval import planning as pl
 from jaxdrive.eval.evaluator import Evaluator, base_metrics
 from jaxdrive.eval.planning import PlanningConfig
+from jaxdrive.eval.realism import Realism
 from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec, as_written, set_floats
 
 # ------------------------------------------------------------------ the registry
@@ -367,6 +370,8 @@ class Planning(Evaluator):
         metrics["scored_scenarios"] = float(np.sum(scored))
         return metrics, per
 
+
+register_evaluator(Realism)
 
 # The built-in types, in registration order.
 EVALUATOR_TYPES = tuple(EVALUATORS)
