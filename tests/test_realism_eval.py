@@ -197,3 +197,12 @@ def test_two_shards_merge_to_the_serial_run(setup):
     same = lambda doc: {k: v for k, v in doc["evaluators"]["real"].items()  # noqa: E731
                         if k not in timing}
     assert merged["status"] == "ok" and same(merged) == same(serial)
+
+
+def test_the_eval_cli_reads_the_preset_named_by_the_suite():
+    from jaxdrive.eval.cli import default_config
+
+    assert default_config(None, "realism") == "eval/realism"
+    assert default_config(None, None) == "eval/default"
+    assert default_config(None, "held_out") == "eval/default"  # a section of the default
+    assert default_config("mine.yaml", "realism") == "mine.yaml"  # --config wins

@@ -46,7 +46,7 @@ from pathlib import Path
 import jax
 import yaml
 
-from jaxdrive.config import ConfigError, load_yaml, resolve_config_path
+from jaxdrive.config import ConfigError, list_presets, load_yaml, resolve_config_path
 from jaxdrive.distributed import DistributedError, ProcessGroup, detect, initialize
 from jaxdrive.eval.evaluators import make_evaluators
 from jaxdrive.eval.merge import merge_files
@@ -65,12 +65,24 @@ from jaxdrive.runs.load import LoadedPolicy, load_policy
 INPUT_ERRORS = (ConfigError, OSError, ValueError, yaml.YAMLError)
 
 
+def default_config(config: str | None, suite: str | None) -> str:
+    """The eval config to read: ``config`` if given, else the preset ``eval/SUITE`` when
+    ``suite`` names one (``--suite realism`` reads ``configs/eval/realism.yaml``), else
+    ``eval/default``."""
+    if config is not None:
+        return config
+    if suite is not None and f"eval/{suite}" in list_presets():
+        return f"eval/{suite}"
+    return "eval/default"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True,
+    p.add_argument("--config", default=None,
                    help="eval config YAML (eval: sections): a file or a preset name "
-                        "(eval/default)")
+                        "(default: the preset eval/SUITE when --suite names one, e.g. "
+                        "--suite realism, else eval/default)")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR",
                    help="training run directory")
     p.add_argument("--suite", default=None, help="suite or evaluator name")
@@ -217,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     main_process = jax.process_index() == 0
     try:
         loaded = _load(args.checkpoint, args.which)
-        data = load_yaml(resolve_config_path(args.config))
+        data = load_yaml(resolve_config_path(default_config(args.config, args.suite)))
         specs = select_suite(data, args.suite, loaded.config.env, loaded.config.procedural)
         evaluators = make_evaluators(specs)
         if main_process:
