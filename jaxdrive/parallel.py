@@ -13,6 +13,7 @@ On one device every helper here is the identity: the program is the single-devic
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import jax
@@ -20,6 +21,27 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 DATA = "data"
+
+
+_ROWS_SPLIT = [False]
+
+
+@contextlib.contextmanager
+def rows_split(split: bool = True):
+    """Within (at trace time): the batch rows being traced are split over devices, so
+    per-row code should pick forms XLA partitions without communication (e.g. the KV
+    cache write), even where another form is faster on one device."""
+    before = _ROWS_SPLIT[0]
+    _ROWS_SPLIT[0] = bool(split)
+    try:
+        yield
+    finally:
+        _ROWS_SPLIT[0] = before
+
+
+def rows_are_split() -> bool:
+    """Whether tracing happens inside ``rows_split()``."""
+    return _ROWS_SPLIT[0]
 
 
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -67,7 +67,7 @@ def main() -> None:
     from jaxdrive.config import merge
     from jaxdrive.env import Env
     from jaxdrive.models.policy import Policy
-    from jaxdrive.parallel import replicated
+    from jaxdrive.parallel import replicated, rows_split
     from jaxdrive.runs.config import RunConfig
     from jaxdrive.train.placement import Placement, default_mesh, procedural_params
     from jaxdrive.train.ppo import PPO
@@ -83,7 +83,11 @@ def main() -> None:
     report = {"devices": jax.device_count()}
     if mesh is not None:
         sh = placement.shardings(env_params)
-        rollout = jax.jit(ppo._rollout, in_shardings=(sh, replicated(mesh)))
+        def rollout_only(state, env_params):  # traced as train_step traces it
+            with rows_split():
+                return ppo._rollout(state, env_params)
+
+        rollout = jax.jit(rollout_only, in_shardings=(sh, replicated(mesh)))
         report["rollout_collectives"] = collectives(
             rollout.lower(state, env_params).compile().as_text())
         report["step_collectives"] = collectives(

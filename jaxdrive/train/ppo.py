@@ -32,7 +32,7 @@ from jaxdrive.metrics.registry import report_names
 from jaxdrive.metrics.trials import adaptation_metrics
 from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
-from jaxdrive.parallel import along, check_divisible, constrain, replicated
+from jaxdrive.parallel import along, check_divisible, constrain, replicated, rows_split
 from jaxdrive.runs.config import RunConfig
 from jaxdrive.telemetry import ema
 from jaxdrive.train.gae import bootstrap_stop, gae
@@ -343,6 +343,10 @@ class PPO:
 
     def train_step(self, state: TrainState, env_params: EnvParams):
         """One iteration. Returns (new state, metrics: dict of () arrays)."""
+        with rows_split(self.mesh is not None and self.mesh.size > 1):  # at trace time
+            return self._train_step(state, env_params)
+
+    def _train_step(self, state: TrainState, env_params: EnvParams):
         t = self.config.train
         cache0 = state.cache
         state, traj, completed = self._rollout(state, env_params)
