@@ -79,8 +79,9 @@ from flax import struct
 
 from jaxdrive import geometry
 from jaxdrive.scenarios import road_index as road_index_lib
+from jaxdrive.scenarios import signals
 from jaxdrive.scenarios.road_index import RoadIndex
-from jaxdrive.types import Roadgraph, RoadType, TrafficLights, TrafficLightState
+from jaxdrive.types import Roadgraph, TrafficLights
 
 # Distance standing in for "no other object": larger than any histogram range, finite.
 FAR_DISTANCE = 1.0e10
@@ -90,10 +91,8 @@ TTC_MAX_HEADING_DIFF_SMALL_OVERLAP = math.radians(10.0)
 TTC_SMALL_OVERLAP = 0.5  # metres
 TTC_MAX = 5.0  # seconds
 STEP_SECONDS = 0.1  # WOMD logs and WOSAC rollouts run at 10 Hz
-# Half the width of the band across a lane within which crossing its stop line counts
-# (WOMD lanes are ~3.5-4 m wide).
-STOP_LINE_HALF_WIDTH = 2.0  # metres
-RED_STATES = (TrafficLightState.STOP, TrafficLightState.ARROW_STOP)
+STOP_LINE_HALF_WIDTH = signals.STOP_LINE_HALF_WIDTH
+RED_STATES = signals.RED_STATES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -499,25 +498,15 @@ def red_light_crossings(
     Returns:
       (..., A, T) bool, False at step 0.
     """
-    on_lane = (roadgraph.valid & (roadgraph.type == RoadType.LANE_CENTER))[None, :] & (
-        roadgraph.id[None, :] == lights.lane_id[:, None])  # (TL, R)
-    d2 = jnp.sum(jnp.square(roadgraph.xy[None] - lights.stop_xy[:, None]), axis=-1)
-    nearest = jnp.argmin(jnp.where(on_lane, d2, jnp.inf), axis=-1)
-    u = roadgraph.dir[nearest]  # (TL, 2)
-    has_lane = jnp.any(on_lane, axis=-1) & (jnp.sum(u * u, axis=-1) > 0)
-    red = lights.valid & jnp.isin(lights.state, jnp.array(RED_STATES, jnp.int32))
-    red = red & has_lane[:, None]  # (TL, T)
-    rel = xy[..., None, :] - lights.stop_xy  # (..., A, T, TL, 2)
-    along = rel[..., 0] * u[:, 0] + rel[..., 1] * u[:, 1]
-    across = u[:, 0] * rel[..., 1] - u[:, 1] * rel[..., 0]
-    behind_before = jnp.concatenate(
-        [jnp.zeros_like(along[..., :1, :], bool), along[..., :-1, :] < 0], axis=-2)
+    u = signals.stop_directions(lights, roadgraph)  # (TL, 2)
+    red = jnp.swapaxes(signals.is_red(lights.state, lights.valid), 0, 1)  # (T, TL)
+    prev_xy = jnp.concatenate([xy[..., :1, :], xy[..., :-1, :]], axis=-2)
+    cross = signals.red_light_crossing(
+        jnp.swapaxes(prev_xy, -2, -3), jnp.swapaxes(xy, -2, -3), jnp.swapaxes(yaw, -1, -2),
+        lights.stop_xy, u, red, half_width)  # (..., T, A)
     both_valid = jnp.concatenate(
         [jnp.zeros_like(valid[..., :1]), valid[..., 1:] & valid[..., :-1]], axis=-1)
-    aligned = (jnp.cos(yaw)[..., None] * u[:, 0] + jnp.sin(yaw)[..., None] * u[:, 1]) > 0
-    cross = (behind_before & (along >= 0) & (jnp.abs(across) <= half_width) & aligned
-             & jnp.swapaxes(red, 0, 1))
-    return jnp.any(cross, axis=-1) & both_valid
+    return jnp.swapaxes(cross, -1, -2) & both_valid
 
 
 # --------------------------------------------------------------------------- features

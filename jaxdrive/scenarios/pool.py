@@ -8,6 +8,7 @@ import jax
 from flax import struct
 
 from jaxdrive.config import ConfigError
+from jaxdrive.scenarios import signals
 from jaxdrive.scenarios.road_index import RoadIndex, RoadIndexConfig, build_road_index
 from jaxdrive.types import Scenario
 
@@ -19,10 +20,13 @@ class ScenarioPool:
     Attributes:
       scenarios: ``Scenario`` with leading axis N.
       road_index: ``RoadIndex`` with leading axis N.
+      stop_dir: (N, TL, 2) float32, each traffic light's lane direction at its stop
+        point (``jaxdrive.scenarios.signals.stop_directions``; zero without a lane).
     """
 
     scenarios: Scenario
     road_index: RoadIndex
+    stop_dir: jax.Array
 
     @property
     def size(self) -> int:
@@ -53,4 +57,10 @@ def make_pool(
         )
     n = scenarios.objects.xy.shape[0]
     index = _build_fn(index_config, max(1, min(batch_size, n)))(scenarios.roadgraph)
-    return ScenarioPool(scenarios=scenarios, road_index=index)
+    stop_dir = _stop_dir_fn()(scenarios.traffic_lights, scenarios.roadgraph)
+    return ScenarioPool(scenarios=scenarios, road_index=index, stop_dir=stop_dir)
+
+
+@functools.cache
+def _stop_dir_fn():
+    return jax.jit(jax.vmap(signals.stop_directions))
