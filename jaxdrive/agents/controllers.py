@@ -37,6 +37,20 @@ def _to_env_action(
     return _nearest_grid_action(env, cont)
 
 
+def constant_velocity(env: Env):
+    """Controller ``(params, state, timestep, key) -> action`` of one env: zero
+    acceleration and zero curvature at the current speed (straight on at constant speed;
+    the nearest grid action in a discrete action space). A realism baseline."""
+
+    def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
+        del params, timestep, key
+        speed = state.agents.speed
+        zeros = jnp.zeros_like(speed)
+        return _to_env_action(env, zeros, zeros, speed, state.length)
+
+    return act
+
+
 def lane_follow(
     env: Env, max_speed: float = 10.0, lookahead_time: float = 0.8, min_lookahead: float = 5.0
 ):

@@ -105,22 +105,6 @@ class RealismConfig(EvaluatorConfig):
         check_int("rollout_batch", self.rollout_batch, 1, 4096)
 
 
-def constant_velocity(env: Env):
-    """Controller ``(params, state, timestep, key) -> action`` of one env: zero
-    acceleration and zero curvature at the current speed (straight on, constant speed;
-    nearest grid action in a discrete action space)."""
-
-    def act(params, state, timestep, key):
-        del params, timestep, key
-        a = state.agents
-        speed = a.vel[:, 0] * jnp.cos(a.yaw) + a.vel[:, 1] * jnp.sin(a.yaw)
-        zeros = jnp.zeros_like(speed)
-        # The controllers' own conversion (dynamics model targets -> the env's action).
-        return controllers._to_env_action(env, zeros, zeros, speed, state.length)
-
-    return act
-
-
 class Realism(Evaluator):
     """WOSAC realism of ``num_rollouts`` rollouts per scenario (see the module doc)."""
 
@@ -159,7 +143,7 @@ class Realism(Evaluator):
             elif name == "log_replay":
                 out[name] = controller_actor(env, controllers.log_replay(env))
             elif name == "constant_velocity":
-                out[name] = controller_actor(env, constant_velocity(env))
+                out[name] = controller_actor(env, controllers.constant_velocity(env))
             else:
                 out[name] = controller_actor(env, controllers.random_actions(env))
         return out
