@@ -266,9 +266,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--views", nargs="+", default=["scene"], choices=["scene", "ego"])
     r.add_argument("--repeats", type=int, default=3, help="timed calls (median reported)")
     r.add_argument("--json", default="bench_render.json", help="output file")
-    v = sub.add_parser("eval", help="time a multi_scenario evaluation (after compile)")
+    v = sub.add_parser("eval", help="time a multi_scenario or realism evaluation (after "
+                       "compile)")
+    v.add_argument("--evaluator", default="multi_scenario",
+                   choices=["multi_scenario", "realism"])
+    v.add_argument("--rollouts", type=int, default=32,
+                   help="rollouts per scenario (realism)")
     v.add_argument("--scenarios", type=int, default=256)
-    v.add_argument("--steps", type=int, default=91)
+    v.add_argument("--steps", type=int, default=91,
+                   help="steps per scenario (multi_scenario; realism plays the 80 after "
+                        "init_step 10)")
     v.add_argument("--batch", type=int, default=64, help="scenarios per compiled call")
     v.add_argument("--policy", default="transformer", choices=["transformer", "mlp"])
     v.add_argument("--repeats", type=int, default=3, help="timed evaluations (median)")
@@ -504,10 +511,12 @@ def _main_eval(args, argv) -> int:
     from jaxdrive.bench.eval import bench_eval, eval_table
 
     return _run_one(
-        "eval", f"{args.scenarios} scenarios x {args.steps} steps, {args.policy}, "
-        f"batch {args.batch}",
+        "eval", f"{args.evaluator}: {args.scenarios} scenarios"
+        + (f" x {args.rollouts} rollouts" if args.evaluator == "realism"
+           else f" x {args.steps} steps") + f", {args.policy}, batch {args.batch}",
         lambda: bench_eval(args.scenarios, args.steps, args.batch, args.policy,
-                           args.repeats), eval_table, args, argv)
+                           args.repeats, args.evaluator, args.rollouts), eval_table, args,
+        argv)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,19 @@
-"""``python -m jaxdrive.bench eval``: time a ``multi_scenario`` evaluation.
+"""``python -m jaxdrive.bench eval``: time a ``multi_scenario`` or ``realism`` evaluation.
 
-``scenarios`` procedural scenes at the default sizes (64 agent slots, 4096 road points),
-each played for ``steps`` steps (``env.init_step`` 0, so a 91-step log gives a 90-step
-episode) by a freshly initialised policy (``--policy transformer`` by default) with
-every vehicle controlled, ``batch`` scenarios per compiled call. The first evaluation
-compiles (reported as ``first_s`` with its ``compile_s``); the median of ``repeats``
-later evaluations is the figure, with new parameters each time to show that they do not
-recompile.
+``multi_scenario`` (default): ``scenarios`` procedural scenes at the default sizes (64
+agent slots, 4096 road points), each played for ``steps`` steps (``env.init_step`` 0, so
+a 91-step log gives a 90-step episode) by a freshly initialised policy (``--policy
+transformer`` by default) with every vehicle controlled, ``batch`` scenarios per
+compiled call.
+
+``realism`` (``--evaluator realism``): the WOSAC realism evaluator on the same scenes,
+``rollouts`` stochastic rollouts of each from ``init_step`` 10 to the end of the log (80
+steps), every object simulated, features and scores on device; ``batch`` scenarios
+(``batch x rollouts`` environments) per compiled call.
+
+The first evaluation compiles (reported as ``first_s`` with its ``compile_s``); the
+median of ``repeats`` later evaluations is the figure, with new parameters each time to
+show that they do not recompile.
 """
 
 from __future__ import annotations
@@ -23,12 +30,20 @@ from jaxdrive.models.policy import Policy, PolicyConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
 
-def bench_eval(scenarios: int, steps: int, batch: int, policy_kind: str, repeats: int) -> dict:
+def bench_eval(scenarios: int, steps: int, batch: int, policy_kind: str, repeats: int,
+               evaluator: str = "multi_scenario", rollouts: int = 32) -> dict:
     """One benchmark record (see the module doc); ``RuntimeError`` if the first evaluation
     fails."""
-    env_config = EnvConfig(init_step=0)
-    section = {"type": "multi_scenario", "num_scenarios": scenarios, "batch_size": batch,
-               "num_steps": steps}
+    if evaluator == "realism":
+        env_config = EnvConfig(init_step=10)
+        steps = env_config.num_episode_steps
+        section = {"type": "realism", "num_scenarios": scenarios, "batch_size": batch,
+                   "num_rollouts": rollouts}
+    else:
+        env_config = EnvConfig(init_step=0)
+        rollouts = 1
+        section = {"type": "multi_scenario", "num_scenarios": scenarios,
+                   "batch_size": batch, "num_steps": steps}
     specs = load_suite_specs({"eval": {"bench": section}}, env_config, ProceduralConfig())
     (ev,) = make_evaluators(specs.values())
     env = Env(env_config)
@@ -48,25 +63,29 @@ def bench_eval(scenarios: int, steps: int, batch: int, policy_kind: str, repeats
         assert r.compile_seconds == 0.0, "evaluation recompiled for new parameters"
         times.append(r.eval_seconds)
     median = float(np.median(times))
-    agent_steps = scenarios * steps * env_config.scenario.max_agents
+    agent_steps = scenarios * rollouts * steps * env_config.scenario.max_agents
     return {
+        "evaluator": evaluator, "rollouts": rollouts,
         "scenarios": scenarios, "steps": steps, "batch": batch, "policy": policy_kind,
         "agents": env_config.scenario.max_agents,
         "road_points": env_config.scenario.max_road_points,
         "seconds": median, "seconds_all": times, "first_s": first.eval_seconds,
         "compile_s": first.compile_seconds, "setup_s": setup_s,
         "agent_steps_per_s": agent_steps / median,
-        "goal_rate_untrained": first.metrics["goal_rate"],
+        "goal_rate_untrained": first.metrics.get("goal_rate"),
+        "meta_metric_untrained": first.metrics.get("meta_metric"),
     }
 
 
 def eval_table(records: list[dict]) -> str:
     """The ``bench_eval`` records as a fixed-width text table."""
-    head = (f"{'scenarios':>9} {'steps':>5} {'batch':>5} {'policy':>11} {'seconds':>8} "
-            f"{'agent-steps/s':>14} {'first s':>8} {'compile s':>9}")
+    head = (f"{'evaluator':>14} {'scenarios':>9} {'rollouts':>8} {'steps':>5} {'batch':>5} "
+            f"{'policy':>11} {'seconds':>8} {'agent-steps/s':>14} {'first s':>8} "
+            f"{'compile s':>9}")
     rows = [head, "-" * len(head)]
     for r in records:
-        rows.append(f"{r['scenarios']:>9} {r['steps']:>5} {r['batch']:>5} {r['policy']:>11} "
+        rows.append(f"{r['evaluator']:>14} {r['scenarios']:>9} {r['rollouts']:>8} "
+                    f"{r['steps']:>5} {r['batch']:>5} {r['policy']:>11} "
                     f"{r['seconds']:>8.1f} {r['agent_steps_per_s']:>14,.0f} "
                     f"{r['first_s']:>8.1f} {r['compile_s']:>9.1f}")
     return "\n".join(rows)
