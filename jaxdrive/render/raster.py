@@ -298,8 +298,8 @@ def _light_layer(config: RenderConfig, transform, stop_xy, stop_dir, light_state
     pts = (stop_xy.astype(jnp.float32)[:, None, None, :]
            + across[None, :, None, None] * left[:, None, None, :]
            + along[None, None, :, None] * u[:, None, None, :])  # (TL, N, W, 2)
-    # A light without a lane direction collapses onto its stop point: a dot, spread to W
-    # pixels across the image rows so that it stays visible.
+    # A light without a lane direction would collapse onto its stop point: a dot, spread
+    # over W pixels along world x so that it stays visible.
     no_dir = jnp.sum(u * u, axis=-1) == 0
     dot = stop_xy.astype(jnp.float32)[:, None, None, :] + jnp.stack(
         [jnp.broadcast_to(along[None, :], (n, w)), jnp.zeros((n, w), jnp.float32)], -1)
