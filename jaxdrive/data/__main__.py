@@ -3,7 +3,8 @@
 - ``convert INPUT... --out DIR``: JSON scenes, WOMD TFRecord files or directories (mixed)
   -> ``.npz`` shards and ``DIR/manifest.json``.
 - ``inspect FILE``: summary of one scene (JSON, TFRecord with ``--index``, or a cache
-  directory / scenario id).
+  directory / scenario id), with its traffic lights' light-steps per state;
+  ``inspect DIR --all``: the light-steps per state of every scene of a cache and in total.
 - ``subset DIR --scores FILE.csv --threshold X --name NAME``: a behaviour-class subset.
 """
 
@@ -25,7 +26,7 @@ from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario, real_data_c
 from jaxdrive.data.load import convert_one, convert_to_shards
 from jaxdrive.files import OutputError
 from jaxdrive.scenarios.base import ScenarioConfig
-from jaxdrive.types import ObjectType, RoadType
+from jaxdrive.types import ObjectType, RoadType, TrafficLightState
 
 
 def _size_args(p: argparse.ArgumentParser) -> None:
@@ -104,9 +105,66 @@ def _find_in_cache(directory: str, key: str | None, index: int):
     return arrays, rec, stored, init_step
 
 
+def light_state_counts(state: np.ndarray, valid: np.ndarray) -> dict[str, int]:
+    """Valid light-steps per ``TrafficLightState`` name, every state listed in enum order.
+
+    Args:
+      state: (..., TL, T) int ``TrafficLightState``; valid: (..., TL, T) bool.
+    """
+    n = len(TrafficLightState)
+    counts = np.bincount(np.clip(state[valid], 0, n - 1), minlength=n)
+    return {s.name: int(counts[s]) for s in TrafficLightState}
+
+
+def _show_counts(counts: dict[str, int]) -> str:
+    """``STOP 410, GO 500`` (states with light-steps only), or ``none``."""
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+
+
+def _inspect_cache_lights(directory: str, as_json: bool) -> int:
+    """``inspect DIR --all``: light-steps per state of every scene of a cache and their
+    sum; returns 0."""
+    manifest = shards_lib.read_manifest(directory)
+    stored = shards_lib.manifest_scenario_config(manifest)
+    by_shard = collections.defaultdict(list)
+    for rec in manifest["scenarios"]:
+        by_shard[rec["shard"]].append(rec)
+    scenes = []
+    total = dict.fromkeys((s.name for s in TrafficLightState), 0)
+    for j, recs in sorted(by_shard.items()):
+        shard = shards_lib.read_shard(shards_lib.shard_path(directory, manifest, j), stored,
+                                      manifest["shards"][j]["num_scenarios"])
+        for rec in recs:
+            state = shard["traffic_lights.state"][rec["index"]]
+            valid = shard["traffic_lights.valid"][rec["index"]]
+            counts = light_state_counts(state, valid)
+            scenes.append({"scenario_id": rec["scenario_id"],
+                           "traffic_lights": int(valid.any(axis=1).sum()),
+                           "traffic_light_states": counts})
+            total = {k: total[k] + v for k, v in counts.items()}
+    summary = {"scenarios": len(scenes),
+               "traffic_lights": sum(s["traffic_lights"] for s in scenes),
+               "traffic_light_states": total, "per_scenario": scenes}
+    if as_json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    print(f"cache {directory}: {len(scenes)} scenarios, {summary['traffic_lights']} traffic "
+          "lights")
+    for sc in scenes:
+        print(f"  {sc['scenario_id']}: {sc['traffic_lights']} lights; light-steps "
+              f"{_show_counts(sc['traffic_light_states'])}")
+    print(f"  total light-steps: {_show_counts(total)}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     """``inspect``: print a summary (text or ``--json``) of one scene of a source file or
-    a converted directory; returns 0."""
+    a converted directory, or ``--all`` scenes' light-state counts; returns 0."""
+    if args.all:
+        if not shards_lib.is_shard_dir(args.file):
+            raise ConfigError(f"inspect --all needs a converted directory; '{args.file}' "
+                              "holds no manifest.")
+        return _inspect_cache_lights(args.file, args.json)
     if shards_lib.is_shard_dir(args.file):
         arrays, info, sc, init_step = _find_in_cache(args.file, args.id, args.index)
     else:
@@ -140,6 +198,8 @@ def cmd_inspect(args) -> int:
         "road_point_types": dict(rtypes),
         "lanes": int(arrays["lanes.valid"].sum()),
         "traffic_lights": n_tl,
+        "traffic_light_states": light_state_counts(arrays["traffic_lights.state"],
+                                                   arrays["traffic_lights.valid"]),
         "of_interest": int(arrays["objects.of_interest"].sum()),
         "to_predict": int(arrays["objects.to_predict"].sum()),
         "truncated_agents": info.get("truncated_agents", 0),
@@ -164,6 +224,7 @@ def cmd_inspect(args) -> int:
           f"{dict(rtypes)}")
     print(f"  lanes: {summary['lanes']}, traffic lights: {n_tl}, objects of interest: "
           f"{summary['of_interest']}, tracks to predict: {summary['to_predict']}")
+    print(f"  traffic-light steps by state: {_show_counts(summary['traffic_light_states'])}")
     print(f"  checks: {'ok' if not summary['problems'] else '; '.join(summary['problems'])}")
     return 0
 
@@ -208,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index", type=int, default=0, help="scene index in the file/cache")
     p.add_argument("--id", default=None, help="scenario id (converted directory)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--all", action="store_true",
+                   help="converted directory: traffic-light steps by state of every scene")
     _size_args(p)
     p.set_defaults(fn=cmd_inspect)
     p = sub.add_parser("subset", help="build or list behaviour-class subsets")

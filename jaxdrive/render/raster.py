@@ -8,13 +8,21 @@ lies at continuous image coordinates ``(u, v) = (W / 2 + q_x, H / 2 - q_y)``, an
 view the followed agent sits at the image centre heading up.
 
 Drawing writes labels, not colours, into an int32 label image padded by the agent patch
-radius: labels are ordered by drawing priority (roads by type < goals < agent bodies <
-heading marks) and every write keeps the maximum, so overlaps resolve the same way
-whatever the order. Roads (``line_samples`` points per road point) and goals (a disc of
-pixels each) go in by one scatter-max that drops off-image samples; agents follow one at
+radius: labels are ordered by drawing priority (roads by type < traffic-light stop lines <
+trails < goals < agent bodies < heading marks) and every write keeps the maximum, so
+overlaps resolve the same way whatever the order. Roads (``line_samples`` points per road
+point), stop lines (a fixed grid of samples each) and goals (a disc of pixels each) go in
+by one scatter-max that drops off-image samples; agents follow one at
 a time, each over a fixed square window of pixels (``RenderConfig.patch_radius``),
 which on CPU costs a fraction of a scatter over the same pixels. A palette lookup on
 the cropped label image gives the colours. All shapes are static.
+
+Traffic lights: each light valid at the drawn log step is its stop line, the segment
+through its stop point across its lane (``signals.STOP_LINE_HALF_WIDTH`` to either side,
+``RenderConfig.stop_line_width`` pixels thick), coloured by ``signals.color`` (red,
+yellow, green, grey for a valid light of unknown colour). A light whose lane direction is
+unknown (zero ``stop_dir``) is a dot of ``stop_line_width`` pixels at its stop point; an
+invalid light draws nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int, check_range
+from jaxdrive.scenarios import signals
 from jaxdrive.types import NUM_ROAD_TYPES, AgentState, EntityKind, Roadgraph, RoadType, Role
 
 if TYPE_CHECKING:
@@ -74,13 +83,20 @@ _ROAD_STYLE = (
     (RoadType.STOP_SIGN, (200, 0, 0)),
 )
 ROAD_RGB = dict(_ROAD_STYLE)
+LIGHT_RGB = {
+    signals.LightColor.UNKNOWN: (150, 150, 150),
+    signals.LightColor.RED: (255, 30, 30),
+    signals.LightColor.YELLOW: (255, 210, 0),
+    signals.LightColor.GREEN: (0, 220, 80),
+}
 
-# Label image values: 0 is the background, then road types, trails, goals, bodies,
-# heading marks.
+# Label image values: 0 is the background, then road types, stop lines, trails, goals,
+# bodies, heading marks.
 _ROAD_LABEL = np.zeros((NUM_ROAD_TYPES,), np.int32)
 for _rank, (_type, _) in enumerate(_ROAD_STYLE):
     _ROAD_LABEL[_type] = 1 + _rank
-LABEL_TRAIL = 1 + len(_ROAD_STYLE)
+LABEL_LIGHT = 1 + len(_ROAD_STYLE)
+LABEL_TRAIL = LABEL_LIGHT + signals.NUM_LIGHT_COLORS
 LABEL_GOAL = LABEL_TRAIL + NUM_AGENT_COLOURS
 LABEL_AGENT = LABEL_GOAL + NUM_AGENT_COLOURS
 LABEL_HEADING = LABEL_AGENT + NUM_AGENT_COLOURS
@@ -89,7 +105,8 @@ _AGENT_PALETTE = [AGENT_RGB[c] for c in AgentColour]
 TRAIL_RGB = {c: tuple((a + b) // 2 for a, b in zip(AGENT_RGB[c], BACKGROUND_RGB, strict=True))
              for c in AgentColour}
 PALETTE = np.array(
-    [BACKGROUND_RGB] + [rgb for _, rgb in _ROAD_STYLE] + [TRAIL_RGB[c] for c in AgentColour]
+    [BACKGROUND_RGB] + [rgb for _, rgb in _ROAD_STYLE]
+    + [LIGHT_RGB[c] for c in signals.LightColor] + [TRAIL_RGB[c] for c in AgentColour]
     + _AGENT_PALETTE + _AGENT_PALETTE + [HEADING_RGB],
     np.uint8,
 )
@@ -117,6 +134,7 @@ class RenderConfig(ConfigBase):
         drawn. Drawing costs ``(max_box_size / metres_per_pixel)**2`` pixel tests per
         agent, at the smallest scale the view allows (``scale_floor``).
       goal_radius: pixels, radius of the filled goal disc.
+      stop_line_width: pixels, thickness of a traffic light's stop line.
     """
 
     width: int = 256
@@ -129,6 +147,7 @@ class RenderConfig(ConfigBase):
     line_samples: int = 8
     max_box_size: float = 8.0
     goal_radius: int = 2
+    stop_line_width: int = 3
 
     def __post_init__(self):
         check_int("width", self.width, 1, 16384)
@@ -142,6 +161,7 @@ class RenderConfig(ConfigBase):
         check_int("line_samples", self.line_samples, 1, 1024)
         check_range("max_box_size", self.max_box_size, 0.0, None, lo_open=True)
         check_int("goal_radius", self.goal_radius, 0, 64)
+        check_int("stop_line_width", self.stop_line_width, 1, 16)
         if self.patch_radius > _MAX_PATCH_RADIUS:
             raise ConfigError(
                 f"config key 'max_box_size' = {self.max_box_size} at "
@@ -264,6 +284,34 @@ def _goal_layer(config: RenderConfig, transform, goal, show, colour):
     return idx.reshape(-1), label.reshape(-1)
 
 
+def _light_layer(config: RenderConfig, transform, stop_xy, stop_dir, light_state, light_valid):
+    """(TL * N * W,) flat indices and labels of the stop lines: N samples across the lane
+    (at most a pixel apart at the finest scale) times W one pixel apart along it."""
+    mpp = transform[2]
+    n = 2 * math.ceil(signals.STOP_LINE_HALF_WIDTH / config.scale_floor) + 1
+    w = config.stop_line_width
+    across = jnp.linspace(-signals.STOP_LINE_HALF_WIDTH, signals.STOP_LINE_HALF_WIDTH, n,
+                          dtype=jnp.float32)  # metres
+    along = (jnp.arange(w, dtype=jnp.float32) - 0.5 * (w - 1)) * mpp  # metres
+    u = stop_dir.astype(jnp.float32)  # (TL, 2)
+    left = jnp.stack([-u[:, 1], u[:, 0]], -1)
+    pts = (stop_xy.astype(jnp.float32)[:, None, None, :]
+           + across[None, :, None, None] * left[:, None, None, :]
+           + along[None, None, :, None] * u[:, None, None, :])  # (TL, N, W, 2)
+    # A light without a lane direction would collapse onto its stop point: a dot, spread
+    # over W pixels along world x so that it stays visible.
+    no_dir = jnp.sum(u * u, axis=-1) == 0
+    dot = stop_xy.astype(jnp.float32)[:, None, None, :] + jnp.stack(
+        [jnp.broadcast_to(along[None, :], (n, w)), jnp.zeros((n, w), jnp.float32)], -1)
+    pts = jnp.where(no_dir[:, None, None, None], dot, pts)
+    px = _pixel(config, world_to_image(config, transform, pts))
+    show = jnp.broadcast_to(light_valid[:, None, None], px.shape[:-1])
+    idx = _flat_index(config, px[..., 0], px[..., 1], show)
+    label = LABEL_LIGHT + signals.color(light_state, light_valid)  # (TL,)
+    label = jnp.broadcast_to(label[:, None, None], idx.shape)
+    return idx.reshape(-1), label.reshape(-1)
+
+
 def _trail_layer(config: RenderConfig, transform, trail_xy, trail_visible, colour):
     """(A * K,) flat indices and labels of the trail pixels (one per past position)."""
     px = _pixel(config, world_to_image(config, transform, trail_xy))  # (A, K, 2)
@@ -331,6 +379,10 @@ def render_frame(
     goal_visible: jax.Array,
     trail_xy: jax.Array | None = None,
     trail_visible: jax.Array | None = None,
+    stop_xy: jax.Array | None = None,
+    stop_dir: jax.Array | None = None,
+    light_state: jax.Array | None = None,
+    light_valid: jax.Array | None = None,
 ) -> jax.Array:
     """One top-down frame (pure; jit with ``config`` static, vmap over envs, scan over time).
 
@@ -347,6 +399,10 @@ def render_frame(
       trail_xy: optional (A, K, 2) float32, recent world positions, drawn as one pixel
         each in a dimmed agent colour under goals and bodies.
       trail_visible: (A, K) bool, which of them to draw (only for visible agents).
+      stop_xy, stop_dir: optional (TL, 2) float32, the traffic lights' stop points and
+        their lanes' unit directions (``signals.stop_directions``; zero = unknown).
+      light_state: (TL,) int32 ``TrafficLightState`` and light_valid: (TL,) bool at the
+        drawn log step (``signals.lights_at``); all four or none (no lights drawn).
     Returns:
       (H, W, 3) uint8 RGB image, row 0 at the top (see the module doc).
     """
@@ -360,6 +416,9 @@ def render_frame(
         if trail_xy is not None:
             show = trail_visible & visible[:, None]
             layers += (_trail_layer(config, transform, trail_xy, show, colour),)
+        if stop_xy is not None:
+            layers += (_light_layer(config, transform, stop_xy, stop_dir, light_state,
+                                    light_valid),)
         idx = jnp.concatenate([i for i, _ in layers])
         label = jnp.concatenate([lab for _, lab in layers]).astype(jnp.int32)
         k = config.patch_radius
@@ -406,26 +465,35 @@ def agent_colours(state: EnvState, timestep: TimeStep) -> tuple[jax.Array, jax.A
 def render_state(
     config: RenderConfig, env_params: EnvParams, state: EnvState, timestep: TimeStep,
     trail_xy: jax.Array | None = None, trail_visible: jax.Array | None = None,
+    log_step: jax.Array | None = None,
 ) -> jax.Array:
     """Frame of ONE environment (vmap over envs, scan over steps).
 
     Gathers the scenario's road graph from the pool; draws the goals of visible
-    controlled agents.
+    controlled agents and, given ``log_step``, the traffic lights' stop lines in their
+    state at that log step.
 
     Args:
       config: static view settings.
       env_params: ``EnvParams`` (the pool's scenarios carry a leading N axis).
       state: unbatched ``EnvState``; timestep: its ``TimeStep``.
       trail_xy, trail_visible: optional (A, K, 2) / (A, K) recent positions to draw.
+      log_step: optional () int32, the state's log index (the env's
+        ``init_step + state.trial_step``); None draws no lights.
     Returns:
       (H, W, 3) uint8.
     """
-    roadgraph = jax.tree.map(
-        lambda x: x[state.scenario_id], env_params.pool.scenarios.roadgraph
-    )
+    sid = state.scenario_id
+    roadgraph = jax.tree.map(lambda x: x[sid], env_params.pool.scenarios.roadgraph)
     visible, colour = agent_colours(state, timestep)
     goal_visible = visible & (state.kind == EntityKind.CONTROLLED)
+    lights = {}
+    if log_step is not None:
+        tl = jax.tree.map(lambda x: x[sid], env_params.pool.scenarios.traffic_lights)
+        light_state, light_valid = signals.lights_at(tl, log_step)
+        lights = dict(stop_xy=tl.stop_xy, stop_dir=env_params.pool.stop_dir[sid],
+                      light_state=light_state, light_valid=light_valid)
     return render_frame(
         config, roadgraph, state.agents, state.length, state.width, visible, colour,
-        state.goal, goal_visible, trail_xy, trail_visible,
+        state.goal, goal_visible, trail_xy, trail_visible, **lights,
     )

@@ -5,7 +5,8 @@ steps (``lax.scan``: render every view of the current state, act, step) and retu
 chunk's frames and overlay facts. The host calls it until the requested number of
 frames is out, handing each chunk to a sink (video encoders, a PNG grabber), so memory
 holds at most one chunk of frames however long the episode. Frame ``i`` shows the state
-after ``i`` steps: frame index = step index.
+after ``i`` steps: frame index = step index; traffic lights show their state at that
+state's log step (``init_step + trial_step``, so they rewind with a trial restart).
 """
 
 from __future__ import annotations
@@ -160,14 +161,17 @@ class Recorder:
 
     def _frames(self, env_params, state: EnvState, timestep: TimeStep, trail_xy,
                 trail_valid) -> jax.Array:
-        """(B, V, H, W, 3) uint8: every view of every env's current state."""
+        """(B, V, H, W, 3) uint8: every view of every env's current state, its traffic
+        lights in their state at the env's log step (``init_step + trial_step``)."""
         trails = trail_xy, trail_valid
         if self.config.trail_steps == 0:
             trails = None, None
+        log_step = (self.env.config.init_step + state.trial_step).astype(jnp.int32)  # (B,)
         axes = (None, None, 0, 0, 0 if trails[0] is not None else None,
-                0 if trails[1] is not None else None)
+                0 if trails[1] is not None else None, 0)
         views = [
-            jax.vmap(render_state, in_axes=axes)(view, env_params, state, timestep, *trails)
+            jax.vmap(render_state, in_axes=axes)(view, env_params, state, timestep, *trails,
+                                                 log_step)
             for view in self.views
         ]
         return jnp.stack(views, axis=1)
