@@ -37,7 +37,20 @@ Map conventions (see ``jaxdrive.types``):
   Straight parts have exactly ``point_spacing`` between points; junction curves use as few
   points as keep the spacing <= ``point_spacing``, up to a static per-topology cap that
   ``required_sizes`` counts, so the valid points always fit ``max_road_points``.
-- Traffic lights: none (all invalid).
+- Traffic lights: a ``t_junction`` or ``intersection`` is signalised with probability
+  ``signals`` (straight roads and curves never are; unsignalised scenes have every light
+  slot invalid). A signalised scene has one light per incoming lane, in slot ``arm * n_max
+  + k``: ``lane_id`` that lane's id, ``stop_xy`` the lane's end point at the junction (the
+  last road point of the lane), ``state`` for every log step from a two-phase cycle,
+  ``valid`` at every step; unused slots are invalid with lane id -1. Phase 0 is arms
+  {0, 2} (one axis of an intersection; the through road of a T-junction, whose arms sit at
+  0 and 180 degrees), phase 1 arms {1, 3} (the other axis; the T's side arm). A phase is
+  ``green`` (``GO``), ``yellow`` (``CAUTION``), then ``all_red`` (every approach
+  ``STOP``); the other phase's approaches are ``STOP`` throughout, so approaches from
+  perpendicular arms are never ``GO``/``CAUTION`` at once. Durations are rounded to whole
+  log steps; ``green`` is drawn per scene and the cycle starts at a uniform offset. Light
+  draws come from ``fold_in(key, _SIGNAL_SALT)``, so every other draw (map, vehicles) is
+  the one an unsignalised config makes for the same key.
 
 Objects: vehicles spawn on arm lanes (never on connectors) at slots ``length[1] +
 spawn_gap`` apart, centred on the lane, heading along it. A vehicle on an incoming lane
@@ -45,15 +58,28 @@ drives incoming lane -> connector -> outgoing lane (every vehicle of one lane ta
 same, randomly chosen, connector); one on an outgoing lane drives outward. Each drives at
 a constant speed along its route until its goal (``goal_distance`` along the route, always
 inside the interval: slots whose route is too short are never used) and then stands still.
-Logged ``vel[t] = (xy[t] - xy[t-1]) / dt`` (backward difference, as the ``delta_local``
-dynamics), ``vel[0]`` = speed times the lane direction; ``yaw`` is the route tangent.
+In a signalised scene, vehicles on incoming lanes instead follow a Gipps-like car-following
+rule step by step (``_signal_arc``): accelerate at ``launch_accel`` up to their speed,
+brake (at about ``stop_decel``) to stop with their front ``_STOP_MARGIN`` before the stop
+line when their light is red at the next step (or yellow and they can stop comfortably),
+keep behind their same-lane leader, and brake to a stop at their goal. Logged
+``vel[t] = (xy[t] - xy[t-1]) / dt`` (backward difference, as the ``delta_local``
+dynamics), ``vel[0]`` = the starting speed (the sampled one, or less where a light, the
+goal or the leader would otherwise force hard braking at once) times the lane direction;
+``yaw`` is the route tangent (a stopped vehicle keeps its heading).
 
 Guarantees: no two boxes overlap at any log step ``t <= junction_clear_steps`` (incoming
-vehicles have not reached the junction yet and arm strips are disjoint); vehicles that
-start on the same lane never overlap in the whole log (a follower's speed is capped so it
-stays ``follow_gap(config)`` behind its leader while the leader moves, and it stops at
-least one slot behind the leader's goal). NOT guaranteed: vehicles from different lanes
-whose routes cross or merge inside the junction may collide later in the log.
+vehicles have not reached the junction yet, as lights only ever slow them, and arm strips
+are disjoint); vehicles that start on the same lane never overlap in the whole log (a
+follower's speed is capped so it stays ``follow_gap(config)`` behind its leader while the
+leader moves, and it stops at least one slot behind the leader's goal; under lights its
+position at ``t + 1`` is at most its leader's at ``t`` minus ``follow_gap``); no logged
+vehicle's centre crosses a stop line while that light is red (one whose front is already
+past its stop point when red comes stands where it is; the ``yellow`` dilemma-zone rule,
+``min_yellow``, keeps that rare). Unsignalised scenes are bit-identical to those of
+``signals: 0`` for the same key. NOT guaranteed: vehicles from different lanes whose
+routes cross or merge inside the junction may collide later in the log (lights make that
+rarer, not impossible).
 
 The SDC is agent 0: a random spawned vehicle, preferably on an incoming lane.
 ``of_interest`` marks agents 0-1 and ``to_predict`` agents 0-3 (when spawned).
@@ -61,7 +87,7 @@ The SDC is agent 0: a random spawned vehicle, preferably on an incoming lane.
 API: ``generate(key, config, scenario_config)`` (pure; jit with both configs static and
 vmap over keys), ``generate_with_info`` (also returns ``ProceduralInfo``: topology, lanes,
 per-agent route, ...), ``generate_batch(key, num, config, scenario_config)`` (cached
-jit + vmap), ``required_sizes(config)`` / ``check_fits`` (worst-case R, L, S).
+jit + vmap), ``required_sizes(config)`` / ``check_fits`` (worst-case R, L, S, TL).
 """
 
 from __future__ import annotations
@@ -87,6 +113,7 @@ from jaxdrive.types import (
     RoadType,
     Scenario,
     TrafficLights,
+    TrafficLightState,
 )
 
 TOPOLOGIES = ("straight", "curve", "t_junction", "intersection")
@@ -95,6 +122,10 @@ NUM_ARMS = (2, 2, 3, 4)
 _MAX_GAP = math.radians(179.0)
 _CROSSWALK_SETBACK = 0.5  # m from the junction radius to the crosswalk's inner side
 _CROSSWALK_WIDTH = 3.0  # m
+_STOP_MARGIN = 0.5  # m a vehicle stopped at a light keeps between its front and the line
+_STOP_TOL = 0.01  # m, float32 slack of the "can stop before the line" test
+# Salt of the signal draws: fold_in leaves every other draw of a scene unchanged.
+_SIGNAL_SALT = 0x516E
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +175,15 @@ class ProceduralConfig(ConfigBase):
       junction_clear_steps: no incoming vehicle enters the junction before this log step,
         so nothing overlaps up to it; keep it >= the environment's episode start step.
       dt: s, log step (10 Hz like WOMD); must match the simulator's.
+      signals: probability that a ``t_junction`` / ``intersection`` scene is signalised
+        (straight roads and curves never are).
+      green: s, green time of every phase of a signalised scene (sampled per scene).
+      yellow: s, yellow time; with ``signals > 0`` it must let a vehicle at ``speed[1]``
+        that cannot stop comfortably when yellow starts clear the stop line before red
+        (dilemma zone, ``min_yellow``).
+      all_red: s, every approach red between two phases.
+      stop_decel: m/s^2, comfortable braking of logged vehicles at lights, leaders, goals.
+      launch_accel: m/s^2, acceleration of logged vehicles back to their speed (green).
     """
 
     topology: TopologyWeights = TopologyWeights()
@@ -164,6 +204,12 @@ class ProceduralConfig(ConfigBase):
     spawn_gap: float = 2.5
     junction_clear_steps: int = 10
     dt: float = 0.1
+    signals: float = 0.5
+    green: tuple[float, float] = (4.0, 7.0)
+    yellow: float = 2.5
+    all_red: float = 1.0
+    stop_decel: float = 4.0
+    launch_accel: float = 2.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):  # lists -> tuples so the config stays hashable
@@ -200,6 +246,25 @@ class ProceduralConfig(ConfigBase):
         check_range("spawn_gap", self.spawn_gap, 0.0, 1000.0)
         check_int("junction_clear_steps", self.junction_clear_steps, 0, 100_000)
         check_range("dt", self.dt, 0.0, 10.0, lo_open=True)
+        check_range("signals", self.signals, 0.0, 1.0)
+        check_interval("green", self.green, 0.0, 3600.0)
+        if self.green[0] < self.dt:
+            raise ConfigError(
+                f"config key 'green' = {list(self.green)}: low must be >= dt = {self.dt}."
+            )
+        check_range("yellow", self.yellow, 0.0, 600.0)
+        check_range("all_red", self.all_red, 0.0, 600.0)
+        check_range("stop_decel", self.stop_decel, 0.0, 20.0, lo_open=True)
+        check_range("launch_accel", self.launch_accel, 0.0, 20.0, lo_open=True)
+        need_yellow = min_yellow(self)
+        if self.signals > 0 and self.yellow < need_yellow:
+            raise ConfigError(
+                f"config key 'yellow' = {self.yellow} is too short: needs >= "
+                f"{need_yellow:.2f} s (speed[1] / (2 stop_decel) + (length[1] / 2 + "
+                f"{_STOP_MARGIN}) / speed[1] + dt) so that a vehicle at speed[1] that cannot "
+                "stop comfortably when yellow starts clears the stop line before red. Raise "
+                "yellow or stop_decel, or lower speed[1]."
+            )
         gap = follow_gap(self) - self.length[1]
         if self.spawn_gap < gap:
             raise ConfigError(
@@ -257,6 +322,14 @@ def follow_gap(config: ProceduralConfig) -> float:
     return _min_arc_gap(config.length[1], config.width[1], radius)
 
 
+def min_yellow(config: ProceduralConfig) -> float:
+    """Shortest yellow (s) of the dilemma-zone rule: a vehicle at ``speed[1]`` that is
+    within its comfortable stopping distance (at ``stop_decel``) of its stop point when
+    yellow starts gets its centre over the stop line before red, one log step to spare."""
+    v, b = config.speed[1], config.stop_decel
+    return v / (2 * b) + (config.length[1] / 2 + _STOP_MARGIN) / v + config.dt
+
+
 @struct.dataclass
 class ProceduralInfo:
     """What the generator chose for one scene (leading batch axes when vmapped).
@@ -271,6 +344,10 @@ class ProceduralInfo:
       agent_route: (A, 3) int32, lane ids along the route (-1 padded / empty).
       agent_speed: (A,) float32, m/s.
       agent_goal_distance: (A,) float32, m along the route from spawn to goal.
+      signalised: () bool, the scene has traffic lights.
+      green: () float32, s, green time of each phase (0 unless signalised).
+      cycle: () float32, s, length of the light cycle (0 unless signalised).
+      cycle_offset: () float32, s, cycle time at log step 0 (0 unless signalised).
     """
 
     topology: jax.Array
@@ -282,6 +359,10 @@ class ProceduralInfo:
     agent_route: jax.Array
     agent_speed: jax.Array
     agent_goal_distance: jax.Array
+    signalised: jax.Array
+    green: jax.Array
+    cycle: jax.Array
+    cycle_offset: jax.Array
 
 
 # ----------------------------------------------------------------------------------------
@@ -439,6 +520,8 @@ class _Layout:
     l_max: float
     slot_gap: float  # slot spacing
     follow_gap: float  # centre distance a moving follower keeps to its leader
+    signalled: bool  # some scene can have lights (signals > 0, a junction enabled)
+    need_lights: int  # light slots of the largest signalised scene (0 if none)
 
 
 def _bound_curve_points(config: ProceduralConfig, num_slots: int):
@@ -523,6 +606,7 @@ def _layout(config: ProceduralConfig) -> _Layout:
         )
         need_points = max(need_points, pts)
     n_arm_lanes = 2 * num_slots * n_max
+    signalled = config.signals > 0 and (weights[2] > 0 or weights[3] > 0)
     n_conn = num_slots * (num_slots - 1) * n_max
     return _Layout(
         num_slots=num_slots,
@@ -545,6 +629,8 @@ def _layout(config: ProceduralConfig) -> _Layout:
         l_max=l_max,
         slot_gap=slot_gap,
         follow_gap=follow_gap(config),
+        signalled=signalled,
+        need_lights=num_slots * n_max if signalled else 0,
     )
 
 
@@ -553,7 +639,9 @@ def required_sizes(config: ProceduralConfig) -> dict[str, int]:
 
     Returns:
       ``{"max_road_points": ..., "max_lanes": ..., "max_lane_successors": ...,
-      "spawn_slots": ...}`` (spawn slots: eligible vehicle slots of the largest scene).
+      "max_traffic_lights": ..., "spawn_slots": ...}`` (lights: one per incoming lane of
+      the largest signalised scene, 0 without signals; spawn slots: eligible vehicle
+      slots of the largest scene).
     """
     lay = _layout(config)
     most_arms = lay.num_slots
@@ -562,6 +650,7 @@ def required_sizes(config: ProceduralConfig) -> dict[str, int]:
         "max_road_points": lay.need_points,
         "max_lanes": lay.need_lanes,
         "max_lane_successors": lay.need_successors,
+        "max_traffic_lights": lay.need_lights,
         "spawn_slots": slots,
     }
 
@@ -590,6 +679,13 @@ def check_fits(config: ProceduralConfig, scenario_config: ScenarioConfig) -> Non
             f"max_lane_successors={scenario_config.max_lane_successors} too small for the "
             f"enabled topologies: needs {need['max_lane_successors']}; raise scenario "
             "max_lane_successors or set topology weights of junctions to 0."
+        )
+    if scenario_config.max_traffic_lights < need["max_traffic_lights"]:
+        raise ConfigError(
+            f"scenario.max_traffic_lights={scenario_config.max_traffic_lights} too small for "
+            f"signals={config.signals} with lanes_per_direction="
+            f"{list(config.lanes_per_direction)}: needs {need['max_traffic_lights']} (one light "
+            "per incoming lane); raise scenario max_traffic_lights or set signals to 0."
         )
 
 
@@ -1073,9 +1169,151 @@ def _speeds_and_goals(
     return speed, goal_s, sigma
 
 
+class _Signals(NamedTuple):
+    """The light cycle of one scene (all steps are log steps)."""
+
+    on: jax.Array  # () bool, the scene is signalised
+    green: jax.Array  # () int32 steps of green per phase
+    cycle: jax.Array  # () int32 steps of the whole cycle
+    offset: jax.Array  # () int32 cycle step at log step 0
+    state: jax.Array  # (N, nm, T) int32 TrafficLightState of each incoming lane
+    lights: TrafficLights
+
+
+def _signals(
+    key: jax.Array, cfg: ProceduralConfig, scfg: ScenarioConfig, lay: _Layout, sc: _Scene,
+    arms: _ArmLanes,
+) -> _Signals:
+    """Phase cycle and lights of a scene; draws from ``fold_in(key, _SIGNAL_SALT)`` only.
+
+    Two phases: arms {0, 2} (an intersection's one axis, a T-junction's through road),
+    then arms {1, 3} (the other axis, the T's side arm). Each phase is green, yellow, then
+    all-red; the other phase's approaches are red throughout. Durations are rounded to
+    whole log steps; the cycle starts at a uniform offset.
+    """
+    N, nm, T = lay.num_slots, lay.n_max, scfg.num_steps
+    i32 = jnp.int32
+    u = jax.random.uniform(jax.random.fold_in(key, _SIGNAL_SALT), (3,), jnp.float32)
+    on = (sc.topo >= 2) & (u[0] < cfg.signals)
+    green = jnp.maximum(jnp.round(_lerp(u[1], *cfg.green) / cfg.dt), 1).astype(i32)
+    yellow, all_red = round(cfg.yellow / cfg.dt), round(cfg.all_red / cfg.dt)
+    phase_len = green + yellow + all_red
+    cycle = 2 * phase_len
+    offset = jnp.minimum(jnp.floor(u[2] * cycle).astype(i32), cycle - 1)
+    tm = jnp.mod(jnp.arange(T, dtype=i32) + offset, cycle)
+    phase, within = tm // phase_len, jnp.mod(tm, phase_len)
+    own = phase[None, :] == (jnp.arange(N, dtype=i32) % 2)[:, None]  # (N, T)
+    arm_state = jnp.where(
+        own & (within < green)[None, :],
+        int(TrafficLightState.GO),
+        jnp.where(
+            own & (within < green + yellow)[None, :],
+            int(TrafficLightState.CAUTION),
+            int(TrafficLightState.STOP),
+        ),
+    ).astype(i32)
+    state = jnp.broadcast_to(arm_state[:, None, :], (N, nm, T))
+    # One light per incoming lane slot (arm, k), at the lane's junction end.
+    used = (on & sc.lane_on[:, 1, :]).reshape(-1)  # (N * nm,)
+    lane_id = ((jnp.arange(N)[:, None] * 2 + 1) * nm + sc.k_idx[None, :]).reshape(-1)
+    stop_xy = (arms.pts[:, 1, :, -1] + sc.offset).reshape(-1, 2)
+    n = N * nm  # check_fits: TL >= n; the slots past n stay invalid
+    lights = _no_traffic_lights(scfg)
+    lights = TrafficLights(
+        lane_id=lights.lane_id.at[:n].set(jnp.where(used, lane_id, -1).astype(i32)),
+        stop_xy=lights.stop_xy.at[:n].set(jnp.where(used[:, None], stop_xy, 0.0)),
+        state=lights.state.at[:n].set(jnp.where(used[:, None], state.reshape(n, T), 0)),
+        valid=lights.valid.at[:n].set(jnp.broadcast_to(used[:, None], (n, T))),
+    )
+    return _Signals(on, green, cycle, offset, state, lights)
+
+
+def _safe_speed(gap, b, dt):
+    """Largest speed for the next step after which braking at ``b`` still stops within
+    ``gap`` (m): ``v dt + v^2 / (2 b) = gap``, 0 for ``gap <= 0``."""
+    return b * (jnp.sqrt(dt * dt + 2.0 * jnp.maximum(gap, 0.0) / b) - dt)
+
+
+def _signal_arc(
+    cfg: ProceduralConfig,
+    lay: _Layout,
+    routes: _Routes,
+    sp: _Spawn,
+    sig: _Signals,
+    speed,
+    goal_s,
+    sigma,
+    length,
+):
+    """Arc length (A, T) of vehicles that obey lights and their same-lane leader.
+
+    Per step (Gipps-like): ``v' = min(v + launch_accel dt, speed, safe speeds)`` towards
+    each obstacle, ``s' = min(s + v' dt, obstacles)``. Obstacles: the stop point (front
+    ``_STOP_MARGIN`` before the line) when the lane's light is red at the next step, or
+    yellow and the vehicle can stop at ``stop_decel``; the leader's previous position
+    minus ``follow_gap`` (its stopping distance added to the safe-speed gap); the goal.
+    A vehicle whose centre is past the line ignores the light; one between its stop point
+    and the line when red comes stays put (the dilemma-zone rule on ``yellow`` keeps this
+    rare).
+    """
+    nm = lay.n_max
+    b, a, dt = cfg.stop_decel, cfg.launch_accel, cfg.dt
+    lane = sp.agent_lane
+    arm, k = lane // (2 * nm), lane % nm
+    s_stop = routes.cum[lane, lay.k_arm - 1]  # the incoming lane's junction end
+    s_tgt = s_stop - length / 2 - _STOP_MARGIN
+    st = sig.state[arm, k]  # (A, T)
+    red = st == int(TrafficLightState.STOP)
+    yellow = st == int(TrafficLightState.CAUTION)
+    # Leader: the spawned vehicle on the same lane nearest ahead.
+    ahead = (
+        (lane[:, None] == lane[None, :])
+        & sp.spawned[None, :]
+        & (sigma[None, :] > sigma[:, None])
+    )
+    leader = jnp.argmin(jnp.where(ahead, sigma[None, :], jnp.inf), axis=1)
+    has_leader = jnp.any(ahead, axis=1)
+    # Start at a speed the first step's rules keep (a light that is not green, the goal,
+    # the leader at its own start speed), so nobody brakes hard at step 0. Leaders settle
+    # before followers: k_slots passes reach the end of the longest chain.
+    not_green = red[:, 0] | yellow[:, 0] | red[:, 1] | yellow[:, 1]
+    v_own = jnp.minimum(speed, _safe_speed(goal_s - sigma, b, dt))
+    v_own = jnp.where(
+        not_green & (sigma <= s_tgt), jnp.minimum(v_own, _safe_speed(s_tgt - sigma, b, dt)), v_own
+    )
+    lead_gap0 = sigma[leader] - lay.follow_gap - sigma
+    v0 = v_own
+    for _ in range(lay.k_slots):
+        v_lead = _safe_speed(lead_gap0 + v0[leader] ** 2 / (2.0 * b), b, dt)
+        v0 = jnp.where(has_leader, jnp.minimum(v_own, v_lead), v_own)
+
+    def step(carry, xs):
+        s, v = carry
+        red_n, yellow_n = xs
+        # The tolerance keeps a vehicle that already brakes for yellow (safe-speed braking
+        # lands it exactly on this boundary) from flipping to "cannot stop" on rounding.
+        can_stop = v * v / (2.0 * b) <= s_tgt - s + _STOP_TOL
+        light = (s < s_stop) & (red_n | (yellow_n & can_stop))
+        obs_light = jnp.where(light, jnp.maximum(s_tgt, s), jnp.inf)
+        obs_lead = jnp.where(has_leader, s[leader] - lay.follow_gap, jnp.inf)
+        v_lead = v[leader]
+        v_new = jnp.minimum(jnp.minimum(v + a * dt, speed), _safe_speed(goal_s - s, b, dt))
+        v_new = jnp.where(light, jnp.minimum(v_new, _safe_speed(obs_light - s, b, dt)), v_new)
+        lead_gap = obs_lead - s + v_lead * v_lead / (2.0 * b)
+        v_new = jnp.where(has_leader, jnp.minimum(v_new, _safe_speed(lead_gap, b, dt)), v_new)
+        obstacle = jnp.minimum(jnp.minimum(obs_light, obs_lead), goal_s)
+        s_new = jnp.maximum(jnp.minimum(s + v_new * dt, obstacle), s)
+        return (s_new, (s_new - s) / dt), s_new
+
+    xs = (red[:, 1:].T, yellow[:, 1:].T)
+    _, s_next = jax.lax.scan(step, (sigma, v0), xs)
+    return jnp.concatenate([sigma[:, None], s_next.T], axis=1), v0
+
+
 def _object_log(
     cfg: ProceduralConfig,
     scfg: ScenarioConfig,
+    lay: _Layout,
     sc: _Scene,
     routes: _Routes,
     sp: _Spawn,
@@ -1083,23 +1321,32 @@ def _object_log(
     goal_s,
     sigma,
     draws,
+    sig: _Signals | None,
 ) -> ObjectLog:
     """Logged trajectories (A, T): constant ``speed`` along the route from ``sigma`` until
-    ``goal_s`` (all (A,)), then standing; box sizes from ``draws`` length/width."""
+    ``goal_s`` (all (A,)), then standing; box sizes from ``draws`` length/width. With
+    ``sig`` (a signalised scene), vehicles on incoming lanes follow ``_signal_arc``."""
     A, T, f32 = scfg.max_agents, scfg.num_steps, jnp.float32
     offset, spawned, agent_lane = sc.offset, sp.spawned, sp.agent_lane
+    length = _lerp(draws["length"], *cfg.length)
+    width = _lerp(draws["width"], *cfg.width)
     times = jnp.arange(T, dtype=f32) * cfg.dt
     s_t = jnp.minimum(sigma[:, None] + speed[:, None] * times[None, :], goal_s[:, None])
+    v0 = speed
+    if sig is not None:
+        incoming = (agent_lane // lay.n_max) % 2 == 1
+        obeys = sig.on & spawned & incoming
+        s_sig, v0_sig = _signal_arc(cfg, lay, routes, sp, sig, speed, goal_s, sigma, length)
+        s_t = jnp.where(obeys[:, None], s_sig, s_t)
+        v0 = jnp.where(obeys, v0_sig, speed)
     xy, yaw = jax.vmap(_interp_route)(routes.pts[agent_lane], routes.cum[agent_lane], s_t)
     goal_xy, _ = jax.vmap(_interp_route)(
         routes.pts[agent_lane], routes.cum[agent_lane], goal_s[:, None]
     )
     xy = (xy + offset).astype(f32)
-    vel0 = speed[:, None] * jnp.stack([jnp.cos(yaw[:, 0]), jnp.sin(yaw[:, 0])], -1)
+    vel0 = v0[:, None] * jnp.stack([jnp.cos(yaw[:, 0]), jnp.sin(yaw[:, 0])], -1)
     vel = jnp.concatenate([vel0[:, None], (xy[:, 1:] - xy[:, :-1]) / cfg.dt], axis=1)
     m1, m2 = spawned[:, None], spawned[:, None, None]
-    length = _lerp(draws["length"], *cfg.length)
-    width = _lerp(draws["width"], *cfg.width)
     ar = jnp.arange(A)
     return ObjectLog(
         xy=jnp.where(m2, xy, 0.0),
@@ -1127,6 +1374,17 @@ def _no_traffic_lights(scfg: ScenarioConfig) -> TrafficLights:
     )
 
 
+def _signal_info(cfg: ProceduralConfig, sig: _Signals | None) -> dict:
+    """``ProceduralInfo`` light fields (seconds; zeros unless signalised)."""
+    f32 = jnp.float32
+    if sig is None:
+        return dict(signalised=jnp.zeros((), bool), green=jnp.zeros((), f32),
+                    cycle=jnp.zeros((), f32), cycle_offset=jnp.zeros((), f32))
+    sec = lambda steps: jnp.where(sig.on, steps * cfg.dt, 0.0).astype(f32)
+    return dict(signalised=sig.on, green=sec(sig.green), cycle=sec(sig.cycle),
+                cycle_offset=sec(sig.offset))
+
+
 def generate_with_info(
     key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig
 ) -> tuple[Scenario, ProceduralInfo]:
@@ -1134,7 +1392,8 @@ def generate_with_info(
 
     Stages run in a fixed order (the order of random draws and of traced ops matters for
     bit-identical scenes): draws, scene parameters, polylines, roadgraph, lane graph,
-    routes, spawns, speeds/goals, logged trajectories.
+    routes, spawns, speeds/goals, light cycle (drawn from its own folded key), logged
+    trajectories.
 
     Returns:
       (Scenario, ProceduralInfo); see ``ProceduralInfo`` for the (A,)-shaped per-agent
@@ -1159,10 +1418,10 @@ def generate_with_info(
     routes = _routes(lay, sc, arms, conns, conn_id, out_id, draws["pick"])
     sp = _spawn(cfg, lay, scfg.max_agents, sc, draws)
     speed, goal_s, sigma = _speeds_and_goals(cfg, scfg.num_steps, lay, draws, routes.length, sp)
-    objects = _object_log(cfg, scfg, sc, routes, sp, speed, goal_s, sigma, draws)
-    scenario = Scenario(
-        roadgraph=roadgraph, lanes=lanes, traffic_lights=_no_traffic_lights(scfg), objects=objects
-    )
+    sig = _signals(key, cfg, scfg, lay, sc, arms) if lay.signalled else None
+    objects = _object_log(cfg, scfg, lay, sc, routes, sp, speed, goal_s, sigma, draws, sig)
+    lights = _no_traffic_lights(scfg) if sig is None else sig.lights
+    scenario = Scenario(roadgraph=roadgraph, lanes=lanes, traffic_lights=lights, objects=objects)
     spawned, agent_lane = sp.spawned, sp.agent_lane
     info = ProceduralInfo(
         topology=sc.topo.astype(i32),
@@ -1174,6 +1433,7 @@ def generate_with_info(
         agent_route=jnp.where(spawned[:, None], routes.lane_ids[agent_lane], -1).astype(i32),
         agent_speed=jnp.where(spawned, speed, 0.0).astype(f32),
         agent_goal_distance=jnp.where(spawned, goal_s - sigma, 0.0).astype(f32),
+        **_signal_info(cfg, sig),
     )
     return scenario, info
 
