@@ -97,9 +97,10 @@ def test_a_registered_metric_reaches_env_evaluator_and_trainer():
 
 def test_registry_refuses_duplicates_and_bad_declarations():
     names = [m.name for m in registry.metrics()]
-    assert names[:5] == ["goal_reached", "collided", "offroad", "goal_distance", "progress"]
+    assert names[:6] == ["goal_reached", "collided", "offroad", "goal_distance", "progress",
+                         "ran_red_light"]
     assert registry.report_names() == ("goal_rate", "collision_rate", "offroad_rate",
-                                       "episode_return", "episode_length")
+                                       "red_light_rate", "episode_return", "episode_length")
     with pytest.raises(ValueError, match="already registered"):
         registry.register(Metric("collided", _fast))
     with pytest.raises(ValueError, match="already registered"):

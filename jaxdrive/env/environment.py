@@ -7,11 +7,11 @@ an auto-reset is a gather of the new scenario's initial step, not a rebuild.
 
 Per step: controlled agents move by the dynamics model, experts replay their log,
 static agents stay; then metrics are computed once (collision, off-road, goal,
-progress), rewards and events derived from them, collision and goal behaviours applied,
-and the episode ends at its time limit (``truncated``) or when every controlled agent
-is done. Absorbing per-agent events (stopping at a goal, a collision under ``stop`` or
-``remove``) emit ``terminated``. The step that ends an episode returns the new
-episode's first observation (auto-reset) with the ending step's rewards and flags.
+progress, red-light crossings), rewards and events derived from them, collision and goal
+behaviours applied, and the episode ends at its time limit (``truncated``) or when every
+controlled agent is done. Absorbing per-agent events (stopping at a goal, a collision
+under ``stop`` or ``remove``) emit ``terminated``. The step that ends an episode returns
+the new episode's first observation (auto-reset) with the ending step's rewards and flags.
 
 Multi-trial episodes (``goal_behavior: trial``): an episode is ``num_trials`` trials of
 one scenario on one clock per environment. A controlled agent that reaches its goal is
@@ -126,7 +126,9 @@ class Env:
         state = self._initial_state(params, jnp.asarray(scenario_id, jnp.int32), key)
         zeros_b = jnp.zeros_like(state.done)
         info = StepInfo(
-            metrics=initial_metrics(self._view(params, state, state.agents), self.metrics),
+            metrics=initial_metrics(
+                self._view(params, state, state.agents, jnp.int32(self.config.init_step)),
+                self.metrics),
             terminal=state.agents, trial_ended=zeros_b,
             episode_done=jnp.asarray(False), trial_done=jnp.asarray(False),
             episode=state.episode, episode_controlled=zeros_b, episode_ego=zeros_b,
@@ -148,14 +150,23 @@ class Env:
         )
 
     def _view(self, params: EnvParams, state: EnvState, agents: AgentState,
-              present: jax.Array | None = None) -> StepView:
-        """What the metrics read of ``state`` with its agents at ``agents``."""
-        present = agents.valid & ~state.removed if present is None else present
+              log_step: jax.Array, moved: bool = False) -> StepView:
+        """What the metrics read of ``state`` with its agents at ``agents``, the state of
+        log index ``log_step`` () int32; ``moved``: ``agents`` were reached by a step
+        from ``state.agents`` (else nothing moved: a reset)."""
+        present = agents.valid & ~state.removed
+        prev_xy = agents.xy
+        if moved:
+            # An agent that was absent (not yet logged, removed) crosses no line by
+            # appearing.
+            was = state.agents.valid & ~state.removed
+            prev_xy = jnp.where(was[:, None], state.agents.xy, agents.xy)
         return StepView(
             pool=params.pool, scenario_id=state.scenario_id, agents=agents, present=present,
             length=state.length, width=state.width, goal=state.goal,
             prev_goal_distance=state.goal_distance, goal_radius=self.config.goal_radius,
-            trig=geometry.cos_sin(agents.yaw))
+            trig=geometry.cos_sin(agents.yaw), prev_xy=prev_xy,
+            log_step=jnp.asarray(log_step, jnp.int32))
 
     def _initial_state(self, params: EnvParams, sid: jax.Array, key: jax.Array) -> EnvState:
         cfg = self.config
@@ -180,7 +191,8 @@ class Env:
             trial_start=jnp.zeros((), jnp.int32), episode=None, trials=None, key=key,
         )
         shapes = jax.eval_shape(lambda v: compute_metrics(v, self.metrics),
-                                self._view(params, state, state.agents))
+                                self._view(params, state, state.agents,
+                                           jnp.int32(cfg.init_step)))
         return state.replace(
             episode=init_episode(a, shapes, self.metrics),
             trials=TrialStats.zeros(cfg.num_trials, state.ego, state.co_player))
@@ -283,11 +295,13 @@ class Env:
             key, k_goal = jax.random.split(key)
         acting = state.active
         agents = self._move(params, state, action)
-        m = compute_metrics(self._view(params, state, agents), self.metrics)
+        m = compute_metrics(
+            self._view(params, state, agents, cfg.init_step + state.trial_step + 1,
+                       moved=True), self.metrics)
         goal_event = m.goal_reached & acting
         collided = m.collided & acting
         r = reward(params.reward, goal_event, collided, m.offroad & acting, m.progress,
-                   acting)
+                   acting, m.ran_red_light & acting)
         outcome = behaviors.apply_behaviors(
             cfg.collision_behavior, cfg.goal_behavior, agents, state.goal, state.done,
             state.removed, collided, goal_event,

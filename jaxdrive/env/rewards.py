@@ -21,6 +21,8 @@ class RewardConfig(ConfigBase):
       offroad: paid on every step the agent is off-road (negative).
       progress: per metre gained towards the goal.
       step: paid every step (a time penalty when negative).
+      red_light: paid on every step the agent crosses the stop line of a red light
+        (negative; 0 by default).
     """
 
     goal: float = 1.0
@@ -28,6 +30,7 @@ class RewardConfig(ConfigBase):
     offroad: float = -0.5
     progress: float = 0.0
     step: float = 0.0
+    red_light: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -49,6 +52,7 @@ class RewardWeights:
     offroad: jax.Array
     progress: jax.Array
     step: jax.Array
+    red_light: jax.Array
 
 
 def reward(
@@ -58,6 +62,7 @@ def reward(
     offroad: jax.Array,
     progress: jax.Array,
     acting: jax.Array,
+    red_light: jax.Array,
 ) -> jax.Array:
     """(A,) float32 reward; zero for agents not ``acting`` this step.
 
@@ -67,6 +72,7 @@ def reward(
       collided, offroad: (A,) bool.
       progress: (A,) float32 metres towards the goal.
       acting: (A,) bool, controlled agents whose action moved them this step.
+      red_light: (A,) bool, the agent crossed a red light's stop line on this step.
     """
     r = (
         weights.goal * goal_event
@@ -74,5 +80,7 @@ def reward(
         + weights.offroad * offroad
         + weights.progress * progress
         + weights.step
+        # Last, so that a zero weight leaves every other term's sum bit-identical.
+        + weights.red_light * red_light
     )
     return jnp.where(acting, r, 0.0).astype(jnp.float32)

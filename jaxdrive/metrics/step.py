@@ -9,7 +9,10 @@ The built-in metrics (registered here, in this order) are:
 - ``offroad`` (A,) bool: a corner of the box lies beyond the road edges (any;
   ``offroad_rate``, ``offroads``);
 - ``goal_distance`` (A,) float32: metres from the centre to the goal (per step);
-- ``progress`` (A,) float32: metres gained towards the goal this step (per step).
+- ``progress`` (A,) float32: metres gained towards the goal this step (per step);
+- ``ran_red_light`` (A,) bool: the centre crossed the stop line of a lane whose light is
+  red at the state reached (``jaxdrive.scenarios.signals.red_light_crossing``; any;
+  ``red_light_rate``, ``red_lights``).
 
 Rewards, events and logs are derived from these values; nothing recomputes them.
 """
@@ -25,7 +28,7 @@ from jaxdrive import geometry
 from jaxdrive.metrics import registry
 from jaxdrive.metrics.named import NamedArrays
 from jaxdrive.metrics.registry import Metric
-from jaxdrive.scenarios import road_index
+from jaxdrive.scenarios import road_index, signals
 from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.types import AgentState
 
@@ -41,6 +44,9 @@ class StepView(NamedTuple):
       prev_goal_distance: (A,) float32, goal distances before the step.
       goal_radius: metres.
       trig: ``(cos(yaw), sin(yaw))``, (A,) each, computed once.
+      prev_xy: (A, 2) float32 centres before the step (the centres reached where an
+        agent was not present before, and at a reset: nothing moved).
+      log_step: () int32 log index of the state reached (its light states).
     """
 
     pool: ScenarioPool
@@ -53,6 +59,8 @@ class StepView(NamedTuple):
     prev_goal_distance: jax.Array
     goal_radius: float
     trig: tuple[jax.Array, jax.Array]
+    prev_xy: jax.Array
+    log_step: jax.Array
 
 
 class StepMetrics(NamedArrays):
@@ -75,6 +83,15 @@ def _offroad(v: StepView) -> jax.Array:
         v.width, v.scenario_id, v.trig)
 
 
+def _ran_red_light(v: StepView) -> jax.Array:
+    # Only this scenario's (TL, T) light arrays are gathered, never the pool's.
+    lights = jax.tree.map(lambda x: x[v.scenario_id], v.pool.scenarios.traffic_lights)
+    red = signals.is_red(*signals.lights_at(lights, v.log_step))
+    return v.present & signals.red_light_crossing(
+        v.prev_xy, v.agents.xy, v.agents.yaw, lights.stop_xy, v.pool.stop_dir[v.scenario_id],
+        red)
+
+
 registry.register(Metric("goal_reached",
                          lambda v: v.present & (_goal_distance(v) <= v.goal_radius),
                          reduce="any", rate="goal_rate", count="goals"))
@@ -86,6 +103,8 @@ registry.register(Metric("goal_distance", lambda v: _goal_distance(v).astype(jnp
                          at_reset="compute"))
 registry.register(Metric("progress", lambda v: (v.prev_goal_distance
                                                 - _goal_distance(v)).astype(jnp.float32)))
+registry.register(Metric("ran_red_light", _ran_red_light, reduce="any", rate="red_light_rate",
+                         count="red_lights"))
 
 
 def compute_metrics(view: StepView, metrics: tuple[Metric, ...]) -> StepMetrics:

@@ -58,14 +58,16 @@ Conventions chosen where the published text leaves room (tested in tests/test_wo
 - An object whose speed is undefined at a step (trajectory ends) gives TTC 5 s there.
 - An indication counts a step only where the object is valid in the log and in the
   rollout (objects absent from the log cannot be blamed for a simulated event).
-- Traffic-light violation: the simulator does not yet detect red-light crossings, so the
-  per-step indicator is an input (``red_light``, (..., A, T) bool: the object crossed a
-  stop line of a lane whose light is red at that step), or ``realism_scores`` derives it
-  from the logged light states with ``red_light_crossings``: our own geometric test (a
-  centre crossing the line through the stop point across the lane, within 2 m of the
-  lane centre, heading along the lane, light STOP or ARROW_STOP), an approximation of
-  the challenge's lane-association rule. With neither, no object ever violates, which
-  scores (R + c) / (R + 2c) ~ 1 for log and rollouts alike.
+- Traffic-light violation: the per-step indicator is an input (``red_light``,
+  (..., A, T) bool: the object crossed a stop line of a lane whose light is red at that
+  step), e.g. the simulator's own per-step ``ran_red_light`` metric
+  (``jaxdrive.metrics.step``, the same ``signals.red_light_crossing`` test), or
+  ``realism_scores`` derives it from the trajectories and the logged light states with
+  ``red_light_crossings``: our own geometric test (a centre crossing the line through
+  the stop point across the lane, within 2 m of the lane centre, heading along the lane,
+  light STOP or ARROW_STOP), an approximation of the challenge's lane-association rule.
+  With neither, no object ever violates, which scores (R + c) / (R + 2c) ~ 1 for log and
+  rollouts alike.
 """
 
 from __future__ import annotations
