@@ -12,11 +12,11 @@ from jaxdrive.types import Observation
 @functools.partial(jax.jit, static_argnames=("lead", "num_partners", "num_road", "p_valid",
                                              "r_valid", "num_lights"))
 def random_obs(key, lead, num_partners=5, num_road=7, p_valid=0.6, r_valid=0.7,
-               num_lights=0):
+               num_lights=3):
     """A random ``Observation`` with leading dims ``lead``: normal features, random
     validity rows and type ids (masked tokens keep nonzero garbage on purpose). Lights
-    (``num_lights`` slots, none by default) draw from their own key, so the other
-    arrays do not depend on ``num_lights``."""
+    (``num_lights`` slots) draw from their own key, so the other arrays do not depend on
+    ``num_lights``."""
     k = jax.random.split(key, 6)
     ego = jax.random.normal(k[0], lead + (8,))
     p = jax.random.normal(k[1], lead + (10, num_partners))

@@ -2,11 +2,10 @@
 
 Per-token work dominates the policy's cost (an agent sees K partner and M road points,
 ~260 by default), so partners and traffic lights get one small linear layer each (one
-embedding per token type), road points are embedded
-in groups of G consecutive points (pieces of polylines, as in VectorNet's polyline
-subgraphs, Gao et al. 2020: one GEMM row per group instead of per point), and attention
-runs from the ego query only, with the key and value projections folded into the query
-side:
+embedding per token type), road points are embedded in groups of G consecutive points
+(pieces of polylines, as in VectorNet's polyline subgraphs, Gao et al. 2020: one GEMM
+row per group instead of per point), and attention runs from the ego query only, with
+the key and value projections folded into the query side:
 
     score_hj = q_h . (W_k,h t_j) = (W_k,h^T q_h) . t_j
     out_h    = sum_j a_hj W_v,h t_j = W_v,h (sum_j a_hj t_j)
