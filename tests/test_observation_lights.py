@@ -211,6 +211,8 @@ def _policy_obs(num_lights):
     r = rng.normal(size=(N, 6, 8)).astype(np.float32)
     r[:, RoadFeature.VALID] = rng.random((N, 8)) < 0.7
     r[:, RoadFeature.TYPE] = rng.integers(0, 8, (N, 8))
+    ego = rng.normal(size=(N, 8)).astype(np.float32)
+    rng = np.random.default_rng(1)  # lights last, from their own stream
     g = rng.normal(size=(N, LIGHT_FEATURES, num_lights)).astype(np.float32)
     if num_lights:
         g[:, LightFeature.VALID] = 1.0
@@ -218,8 +220,8 @@ def _policy_obs(num_lights):
         g[:3, LightFeature.VALID, 1:] = 0.0
         g[:, LightFeature.TYPE] = rng.integers(0, 4, (N, num_lights))
         g[:, LightFeature.TYPE, 0] = LightColor.RED
-    return Observation(ego=jnp.asarray(rng.normal(size=(N, 8)), jnp.float32),
-                       partners=jnp.asarray(p), road=jnp.asarray(r), lights=jnp.asarray(g))
+    return Observation(ego=jnp.asarray(ego), partners=jnp.asarray(p), road=jnp.asarray(r),
+                       lights=jnp.asarray(g))
 
 
 def _names(params) -> str:
@@ -229,42 +231,53 @@ def _names(params) -> str:
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def policy_case(request):
-    """Parameter names and step outputs for the observation, the same with light 0 turned
-    green and moved, and with a masked light's features changed (one compile)."""
+    """Parameter names and step outputs for: the observation, the same with light 0
+    turned green and moved (a masked light's features change in rows 3-5), and, with
+    parameters made without lights, the observation and the same without light slots
+    (one compile)."""
     policy = Policy(CONFIGS[request.param], num_actions=5)
-    obs = _policy_obs(K_L)
+    obs, unlit = _policy_obs(K_L), _policy_obs(0)
     moved = obs.replace(lights=obs.lights.at[:, LightFeature.TYPE, 0].set(
         float(LightColor.GREEN)).at[:, LightFeature.X, 0].add(0.5))
-    variants = tree_stack([obs, moved])
     first, removed = jnp.ones(N, bool), jnp.zeros(N, bool)
 
     @jax.jit
-    def outputs(variants):
+    def outputs(obs, moved, unlit):
         params = policy.module.init(jax.random.key(0), obs)
-        step = lambda o: policy.step(params, policy.init_cache(N), o, first, removed)[0]
+        old = policy.module.init(jax.random.key(0), unlit)
+        step = lambda p, o: policy.step(p, policy.init_cache(N), o, first, removed)[0]
         # One variant at a time (lax.map, not vmap): each sees the same row positions in
         # the GEMMs, so unchanged rows give bit-identical results.
-        return params, jax.lax.map(step, variants)
+        return params, (jax.lax.map(lambda o: step(params, o), tree_stack([obs, moved])),
+                        step(old, obs), step(old, unlit))
 
-    params, out = jax.device_get(outputs(variants))
+    params, out = jax.device_get(outputs(obs, moved, unlit))
     return _names(params), out
 
 
 def test_policy_runs_with_light_tokens(policy_case):
-    names, out = policy_case
+    names, (out, _, _) = policy_case
     assert out.dist.shape == (2, N, 5) and out.value.shape == (2, N)
     assert np.all(np.isfinite(out.dist)) and np.all(np.isfinite(out.value))
     assert "light_embed" in names
 
 
 def test_policy_reads_valid_lights_and_ignores_masked_ones(policy_case):
-    _, out = policy_case
+    _, (out, _, _) = policy_case
     # Light 0 turned green and moved: the agents that see it (rows 0-2) act differently
     # and value the state differently; those for which it is masked (rows 3-5) do not.
     assert np.all(np.abs(out.value[1, :3] - out.value[0, :3]) > 1e-6)
     assert np.all(np.abs(out.dist[1, :3] - out.dist[0, :3]).max(-1) > 0)
     np.testing.assert_array_equal(out.dist[1, 3:], out.dist[0, 3:])
     np.testing.assert_array_equal(out.value[1, 3:], out.value[0, 3:])
+
+
+def test_parameters_without_lights_ignore_light_slots(policy_case):
+    # A policy made before lights (e.g. a frozen co-player) acts on an observation with
+    # light slots exactly as on the same observation without them.
+    _, (_, old, unlit) = policy_case
+    np.testing.assert_array_equal(old.dist, unlit.dist)
+    np.testing.assert_array_equal(old.value, unlit.value)
 
 
 def test_no_light_slots_no_light_parameters():

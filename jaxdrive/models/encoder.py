@@ -17,7 +17,8 @@ sees nothing gets a finite embedding.
 Traffic lights (``Observation.lights``) are one more token type, masked like partners and
 road groups. An observation with no light slots (``ObservationConfig.num_lights = 0``)
 creates no light parameters and computes exactly what the encoders computed before
-lights existed.
+lights existed; parameters without light entries (a policy trained before lights, e.g. a
+frozen co-player) ignore the light slots of an observation in the same way.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def _scores(u: jax.Array, tokens: jax.Array) -> jax.Array:
 class SceneTokens(nn.Module):
     """Embeddings of one observation: ego (..., model_dim), partner tokens (..., K, td)
     with mask (..., K), road-group tokens (..., M/G, td) with mask (..., M/G), light
-    tokens (..., K_l, td) with mask (..., K_l) (both None when K_l = 0)."""
+    tokens (..., K_l, td) with mask (..., K_l) (both None when K_l = 0 or the parameters
+    have no light embedding)."""
 
     token_dim: int
     model_dim: int
@@ -138,7 +140,10 @@ class SceneTokens(nn.Module):
         p_tok = TokenEmbed(self.token_dim, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
         r_tok = TokenEmbed(self.token_dim, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
         l_tok = lm = None
-        if has_lights(obs):
+        # Parameters from an observation without lights have no light embedding: such a
+        # policy reads the other tokens only, as it was trained.
+        if has_lights(obs) and (self.is_initializing()
+                                or self.has_variable("params", "light_embed")):
             lf, lt, lm = light_tokens(obs)
             l_tok = TokenEmbed(self.token_dim, NUM_LIGHT_COLORS, dt, name="light_embed")(lf, lt)
         return ego, p_tok, pm, r_tok, rm, l_tok, lm
