@@ -135,9 +135,25 @@ class RoadFeature(enum.IntEnum):
     TYPE = 5  # ``RoadType`` as float
 
 
+class LightFeature(enum.IntEnum):
+    """Rows of ``Observation.lights`` (axis -2): one traffic light's stop point, in the
+    observer's frame.
+
+    Continuous rows first, then ``VALID`` and ``TYPE`` last (checked below).
+    """
+
+    X = 0  # stop point / light_radius
+    Y = 1
+    DIR_X = 2  # unit direction of the light's lane at the stop point (0 without a lane)
+    DIR_Y = 3
+    VALID = 4  # 1.0 observed, 0.0 masked (every row is 0 where masked)
+    TYPE = 5  # ``jaxdrive.scenarios.signals.LightColor`` as float (0 unknown)
+
+
 EGO_FEATURES = len(EgoFeature)
 PARTNER_FEATURES = len(PartnerFeature)
 ROAD_FEATURES = len(RoadFeature)
+LIGHT_FEATURES = len(LightFeature)
 
 
 def _check_schema(schema: type[enum.IntEnum], masked: bool) -> None:
@@ -151,6 +167,7 @@ def _check_schema(schema: type[enum.IntEnum], masked: bool) -> None:
 _check_schema(EgoFeature, masked=False)
 _check_schema(PartnerFeature, masked=True)
 _check_schema(RoadFeature, masked=True)
+_check_schema(LightFeature, masked=True)
 
 
 @struct.dataclass
@@ -303,24 +320,27 @@ class AgentState:
 class Observation:
     """Ego-frame observation of every agent slot (normalised; see ``jaxdrive.env.observation``).
 
-    Partner and road arrays are *feature-major*: one contiguous row of K (or M) values
-    per feature, which is what lets the simulator write them at memory speed. Rows are
-    named by ``EgoFeature``, ``PartnerFeature`` and ``RoadFeature`` (read them by name:
-    ``obs.ego[..., EgoFeature.SPEED]``, ``obs.road[..., RoadFeature.DIR_X, :]``); the
-    last two partner and road rows are the validity mask (1.0 / 0.0) and the type id (as
-    float); masked entries are zero in every row. ``partner_tokens`` and ``road_tokens``
-    give the usual token-major view, and the ``*_mask`` / ``*_type`` properties the typed
-    rows.
+    Partner, road and light arrays are *feature-major*: one contiguous row of K (or M,
+    K_l) values per feature, which is what lets the simulator write them at memory
+    speed. Rows are named by ``EgoFeature``, ``PartnerFeature``, ``RoadFeature`` and
+    ``LightFeature`` (read them by name: ``obs.ego[..., EgoFeature.SPEED]``,
+    ``obs.road[..., RoadFeature.DIR_X, :]``); the last two partner, road and light rows
+    are the validity mask (1.0 / 0.0) and the type id (as float); masked entries are zero
+    in every row. ``partner_tokens``, ``road_tokens`` and ``light_tokens`` give the usual
+    token-major view, and the ``*_mask`` / ``*_type`` properties the typed rows.
 
     Attributes:
       ego: (A, EGO_FEATURES) float32.
       partners: (A, PARTNER_FEATURES, K) float32, the K nearest other agents.
       road: (A, ROAD_FEATURES, M) float32, the M nearest road points.
+      lights: (A, LIGHT_FEATURES, K_l) float32, the K_l nearest traffic-light stop
+        points (K_l may be 0: no light tokens).
     """
 
     ego: jax.Array
     partners: jax.Array
     road: jax.Array
+    lights: jax.Array
 
     @property
     def partner_tokens(self) -> jax.Array:
@@ -352,7 +372,29 @@ class Observation:
         """(A, M) int32, ``RoadType`` (0 where masked)."""
         return self.road[..., RoadFeature.TYPE, :].astype(jnp.int32)
 
+    @property
+    def light_tokens(self) -> jax.Array:
+        """(A, K_l, F_light) float32."""
+        return jnp.swapaxes(self.lights, -1, -2)
+
+    @property
+    def light_mask(self) -> jax.Array:
+        """(A, K_l) bool."""
+        return self.lights[..., LightFeature.VALID, :] > 0.5
+
+    @property
+    def light_type(self) -> jax.Array:
+        """(A, K_l) int32, ``jaxdrive.scenarios.signals.LightColor`` (0 where masked)."""
+        return self.lights[..., LightFeature.TYPE, :].astype(jnp.int32)
+
 
 def tree_stack(trees):
     """Stack a sequence of identically shaped pytrees along a new leading axis."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def merge_rows(tree):
+    """Merge the two leading axes of every leaf: (B, A, ...) -> (B*A, ...). Sizes are
+    explicit, not -1, so zero-size leaves (an observation without light slots) work."""
+    return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]),
+                        tree)

@@ -29,10 +29,11 @@ COLLISIONS = ("ignore", "stop", "remove")
 CONTROLS = ("all", "sdc", "fraction")
 
 # Tiny shapes: 8 agent slots, 40 logged steps (episodes of 29 steps from init_step 10,
-# so a 30-step rollout crosses an auto-reset), a short observation.
+# so a 30-step rollout crosses an auto-reset), a short observation (no light tokens: the
+# goldens were recorded before traffic lights were observed).
 ENV_BASE = {
     "scenario": {"max_agents": 8, "num_steps": 40},
-    "observation": {"num_partners": 3, "num_road": 8},
+    "observation": {"num_partners": 3, "num_road": 8, "num_lights": 0},
     "road_index": {"road_per_cell": 16, "chunk_size": 8, "grid_size": 8},
     "goal_radius": 6.0,
     "reward": {"goal": 1.0, "collision": -0.5, "offroad": -0.25, "progress": 0.1,
@@ -169,7 +170,7 @@ def policy_case(name: str) -> dict[str, np.ndarray]:
     env, params_env = _env_and_params({"goal_behavior": "trial", "num_trials": 2,
                                        "trial_timeout": 5, "collision_behavior": "remove"})
     policy = Policy.for_env(PolicyConfig.from_dict(POLICIES[name]), env)
-    rows = lambda x: x.reshape((-1,) + x.shape[2:])
+    rows = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])  # zero-size too
     state, ts = env.reset_batch(params_env, jax.random.key(5), 2)
     params = policy.init(jax.random.key(6), jax.tree.map(rows, ts.obs))
     n = 2 * env.config.scenario.max_agents
@@ -209,7 +210,7 @@ def policy_case(name: str) -> dict[str, np.ndarray]:
 PPO_BASE = {
     "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
             "goal_behavior": "trial", "num_trials": 2, "trial_timeout": 6,
-            "observation": {"num_partners": 3, "num_road": 20},
+            "observation": {"num_partners": 3, "num_road": 20, "num_lights": 0},
             "road_index": {"road_per_cell": 20, "grid_size": 8}, "co_player_fraction": 0.5},
     "procedural": {"num_agents": [3, 4], "topology": {"straight": 1.0, "curve": 1.0,
                                                       "t_junction": 0.0, "intersection": 0.0}},
@@ -283,7 +284,8 @@ def eval_case() -> dict[str, np.ndarray]:
     env_params = _eval_pool_params(env, procedural)
     _, ts = env.reset_batch(env_params, jax.random.key(0), 1)
     params = policy.init(jax.random.key(0),
-                         jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), ts.obs))
+                         jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],)
+                                                          + x.shape[2:]), ts.obs))
     specs = load_suite_specs(EVAL_SUITE, env_config, procedural)
     out = {}
     for ev in make_evaluators(specs.values()):

@@ -20,6 +20,7 @@ from jaxdrive.eval.runner import RESULTS_VERSION
 from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.models.policy import Policy, PolicyConfig, policy_inputs
 from jaxdrive.scenarios.procedural import ProceduralConfig
+from jaxdrive.types import merge_rows
 
 ENV = {"scenario": {"max_agents": 4, "num_steps": 40}, "collision_behavior": "remove",
        "observation": {"num_partners": 3, "num_road": 20},
@@ -43,7 +44,7 @@ def build():
     env = Env(env_config)
     policy = Policy.for_env(PolicyConfig(kind="mlp", model_dim=16, token_dim=8), env)
     _, ts = env.reset_batch(*_pool_params(env, procedural), 1)
-    obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), ts.obs)
+    obs = merge_rows(ts.obs)
     params = policy.init(jax.random.key(0), obs)
     return env_config, procedural, policy, params
 

@@ -51,7 +51,7 @@ def _pool_built_outside_jit():
 
 def _observe(config, agents, visible, length, width, goal):
     return observe(config, pool(), jnp.int32(0), agents, visible, length, width,
-                   jnp.ones(A, jnp.int32), goal)
+                   jnp.ones(A, jnp.int32), goal, jnp.int32(0))
 
 
 # One trace per distinct (static) config: four configs below, repeated calls reuse them.

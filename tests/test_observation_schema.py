@@ -48,7 +48,7 @@ def case():
         accel=jnp.asarray(ACCEL, jnp.float32), valid=jnp.asarray(obj.valid[:, 0]))
     obs = jax.jit(observe, static_argnums=0)(
         CFG, pool, jnp.int32(0), agents, agents.valid, jnp.asarray(obj.length),
-        jnp.asarray(obj.width), jnp.asarray(obj.type), jnp.asarray(obj.goal))
+        jnp.asarray(obj.width), jnp.asarray(obj.type), jnp.asarray(obj.goal), jnp.int32(0))
     return scene, agents, jax.device_get(obs)
 
 

@@ -70,7 +70,8 @@ def run_dir(tmp_path_factory):
     save_config(config, path / "config.yaml")
     policy = Policy.for_env(config.policy, Env(config.env))
     o = config.env.observation
-    obs = random_observation(jax.random.key(1), (2,), o.num_partners, o.num_road)
+    obs = random_observation(jax.random.key(1), (2,), o.num_partners, o.num_road,
+                             o.num_lights)
     with Checkpointer(path / "checkpoints") as ckpt:
         ckpt.save(40, {"params": policy.init(jax.random.key(0), obs)}, {"step": 40})
     return path

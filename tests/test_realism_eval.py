@@ -39,7 +39,8 @@ def setup():
     env = Env(env_config)
     policy = Policy.for_env(PolicyConfig(kind="mlp", model_dim=16, token_dim=8), env)
     cfg = env_config.observation
-    obs = random_observation(jax.random.key(0), (4,), cfg.num_partners, cfg.num_road)
+    obs = random_observation(jax.random.key(0), (4,), cfg.num_partners, cfg.num_road,
+                             cfg.num_lights)
     return env_config, procedural, policy, obs
 
 

@@ -61,7 +61,7 @@ def policy_actor(env: Env, policy, deterministic: bool = True,
     if memory_reset not in MEMORY_RESETS:
         raise ValueError(f"memory_reset must be one of {MEMORY_RESETS}, got {memory_reset!r}")
     a = env.config.scenario.max_agents
-    rows = lambda x: x.reshape((-1,) + x.shape[2:])
+    rows = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])  # zero-size too
 
     def act(params, cache, env_params, state, timestep, key):
         del env_params

@@ -52,6 +52,7 @@ from jaxdrive.models.policy import Policy
 from jaxdrive.runs.config import RunConfig
 from jaxdrive.train.placement import Placement, default_mesh, procedural_params
 from jaxdrive.train.ppo import PPO
+from jaxdrive.types import merge_rows
 
 FRACTION = 0.8  # of the memory budget a recommended setting may use
 TOLERANCE = 0.9  # of the best agent-steps/s a recommended setting must reach
@@ -305,7 +306,7 @@ def tune_eval(config: RunConfig, candidates: Sequence[int], repeats: int = 3,
         if params is None:
             _, ts = jax.jit(env.reset_batch, static_argnums=2)(s["env_params"],
                                                                jax.random.key(0), 1)
-            obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), ts.obs)
+            obs = merge_rows(ts.obs)
             params = policy.init(jax.random.key(1), obs)
         name, run = next(iter(s["runs"].items()))
         batch = s["batch"]

@@ -28,6 +28,7 @@ from jaxdrive.eval.evaluators import make_evaluators
 from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.models.policy import Policy, PolicyConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
+from jaxdrive.types import merge_rows
 
 
 def bench_eval(scenarios: int, steps: int, batch: int, policy_kind: str, repeats: int,
@@ -52,7 +53,7 @@ def bench_eval(scenarios: int, steps: int, batch: int, policy_kind: str, repeats
     s = ev._build(policy)
     setup_s = time.perf_counter() - t0
     _, ts = jax.jit(env.reset_batch, static_argnums=2)(s["env_params"], jax.random.key(0), 1)
-    obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), ts.obs)
+    obs = merge_rows(ts.obs)
     params = [policy.init(jax.random.key(1 + i), obs) for i in range(repeats + 1)]
     first = ev.run(policy, params[0])
     if first.status != "ok":

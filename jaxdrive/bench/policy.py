@@ -1,7 +1,7 @@
 """Policy throughput for ``python -m jaxdrive.bench policy``.
 
-Times the two paths of a policy at the default observation sizes (63 partner and 200
-road tokens):
+Times the two paths of a policy at the default observation sizes (63 partner, 200
+road and 4 traffic-light tokens):
 
 - step: a ``lax.scan`` of ``steps`` rollout steps of ``batch`` agents over distinct
   observations, the cache carried (donated) from step to step, as in a rollout;
@@ -23,16 +23,20 @@ import numpy as np
 from jaxdrive.models.policy import Policy, PolicyConfig, param_count
 from jaxdrive.types import (
     EGO_FEATURES,
+    LIGHT_FEATURES,
     PARTNER_FEATURES,
     ROAD_FEATURES,
+    LightFeature,
     Observation,
     PartnerFeature,
     RoadFeature,
 )
 
 
-def random_observation(key, lead, partners, road_obs) -> Observation:
-    """Observation with normal features and ~70% valid tokens of random types."""
+def random_observation(key, lead, partners, road_obs, lights) -> Observation:
+    """Observation with normal features and ~70% valid tokens of random types;
+    ``partners``, ``road_obs`` and ``lights`` token slots (an env's ``num_partners``,
+    ``num_road``, ``num_lights``)."""
     k = jax.random.split(key, 5)
     p_valid = (jax.random.uniform(k[1], lead + (partners,)) < 0.7).astype(jnp.float32)
     p_type = jax.random.randint(k[1], lead + (partners,), 1, 5).astype(jnp.float32)
@@ -44,8 +48,14 @@ def random_observation(key, lead, partners, road_obs) -> Observation:
     r = jax.random.normal(k[2], lead + (ROAD_FEATURES, road_obs), jnp.float32)
     r = r.at[..., RoadFeature.VALID, :].set(r_valid)
     r = r.at[..., RoadFeature.TYPE, :].set(r_type)
+    kl = jax.random.split(jax.random.fold_in(key, 1), 2)
+    g_valid = (jax.random.uniform(kl[1], lead + (lights,)) < 0.7).astype(jnp.float32)
+    g_type = jax.random.randint(kl[1], lead + (lights,), 1, 4).astype(jnp.float32)
+    g = jax.random.normal(kl[0], lead + (LIGHT_FEATURES, lights), jnp.float32)
+    g = g.at[..., LightFeature.VALID, :].set(g_valid)
+    g = g.at[..., LightFeature.TYPE, :].set(g_type)
     return Observation(ego=jax.random.normal(k[4], lead + (EGO_FEATURES,), jnp.float32),
-                       partners=p, road=r)
+                       partners=p, road=r, lights=g)
 
 
 def _flops(compiled) -> float | None:
@@ -66,12 +76,14 @@ def _time(fn, args, repeats):
 
 def bench_policy(kind: str, batch: int, partners: int = 63, road_obs: int = 200,
                  steps: int = 8, seq_len: int = 32, repeats: int = 5,
-                 config: PolicyConfig | None = None, num_actions: int = 91) -> dict:
-    """Time one policy configuration; returns a JSON-ready record."""
+                 config: PolicyConfig | None = None, num_actions: int = 91,
+                 lights: int = 4) -> dict:
+    """Time one policy configuration (``lights``: traffic-light token slots); returns a
+    JSON-ready record."""
     config = (config or PolicyConfig()).replace(kind=kind)
     policy = Policy(config, num_actions=num_actions)
     key = jax.random.key(0)
-    obs = random_observation(key, (batch,), partners, road_obs)
+    obs = random_observation(key, (batch,), partners, road_obs, lights)
     params = jax.jit(policy.init)(key, obs)
     no = jnp.zeros((batch,), bool)
 
@@ -90,7 +102,8 @@ def bench_policy(kind: str, batch: int, partners: int = 63, road_obs: int = 200,
                                                no).compile()
     t0 = time.perf_counter()
     cache = policy.init_cache(batch)
-    obs_seq = random_observation(jax.random.key(2), (steps, batch), partners, road_obs)
+    obs_seq = random_observation(jax.random.key(2), (steps, batch), partners, road_obs,
+                                 lights)
     cache, _ = step_fn(cache, obs_seq)  # warm-up; its cache (slots in use) is reused below
     jax.block_until_ready(cache)
     step_compile_s = time.perf_counter() - t0
@@ -102,7 +115,7 @@ def bench_policy(kind: str, batch: int, partners: int = 63, road_obs: int = 200,
         step_times.append(time.perf_counter() - t)
 
     rows = max(1, batch // seq_len)
-    seg = random_observation(jax.random.key(1), (rows, seq_len), partners, road_obs)
+    seg = random_observation(jax.random.key(1), (rows, seq_len), partners, road_obs, lights)
     context = jax.tree.map(lambda x: x[:, :rows] if x.ndim == 5 else x[:rows], cache)
     masks = jnp.zeros((rows, seq_len), bool)
     seq_fn = jax.jit(policy.sequence)
@@ -116,6 +129,7 @@ def bench_policy(kind: str, batch: int, partners: int = 63, road_obs: int = 200,
     seq_flops = _flops(seq_compiled)
     return {
         "policy": kind, "batch": batch, "partners": partners, "road_obs": road_obs,
+        "lights": lights,
         "params": param_count(params), "config": config.to_dict(),
         "step_agent_steps_per_s": batch * steps / float(np.median(step_times)),
         "sequence_agent_steps_per_s": rows * seq_len / float(np.median(seq_times)),

@@ -370,9 +370,11 @@ class Env:
 
     def _observe(self, params: EnvParams, state: EnvState) -> Observation:
         visible = state.agents.valid & ~state.removed
+        # Lights rewind with a trial: the log index restarts at init_step.
+        log_step = self.config.init_step + state.trial_step
         return observe(
             self.config.observation, params.pool, state.scenario_id, state.agents, visible,
-            state.length, state.width, state.obj_type, state.goal,
+            state.length, state.width, state.obj_type, state.goal, log_step,
         )
 
     def _sample_goals(self, params, sid, agents, key) -> jax.Array:

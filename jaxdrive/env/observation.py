@@ -1,9 +1,10 @@
-"""Ego-frame observations: ego state, nearest partners, nearest road points, with masks.
+"""Ego-frame observations: ego state, nearest partners, road points and traffic lights,
+with masks.
 
 Features (all in the observing agent's frame: x forward, y left; normalised). The rows
 are named once, in ``jaxdrive.types`` (``EgoFeature``, ``PartnerFeature``,
-``RoadFeature``); this module writes every row by name, so a row added to an enum and
-not written here is an error, never a silent shift:
+``RoadFeature``, ``LightFeature``); this module writes every row by name, so a row added
+to an enum and not written here is an error, never a silent shift:
 
 - ego (``EGO_FEATURES`` = 8): speed / speed_scale, length / size_scale,
   width / size_scale, goal x / goal_scale, goal y / goal_scale,
@@ -13,11 +14,17 @@ not written here is an error, never a silent shift:
   speed_scale, length / size_scale, width / size_scale, valid (1/0), ``ObjectType``.
 - road (``ROAD_FEATURES`` = 6 rows of M values): x / road_radius, y / road_radius,
   direction x and y (unit vector), valid (1/0), ``RoadType``.
+- light (``LIGHT_FEATURES`` = 6 rows of K_l values): stop point x / light_radius,
+  y / light_radius, direction x and y of the light's lane at the stop point (unit
+  vector, ``ScenarioPool.stop_dir``; 0 for a light without a lane), valid (1/0),
+  ``LightColor`` of its state (1 red, 2 yellow, 3 green, 0 unknown).
 
-Partner and road arrays are feature-major (see ``jaxdrive.types.Observation``); masked
-entries are zero. Road points come from the scenario's grid (``RoadIndex``): the
+Partner, road and light arrays are feature-major (see ``jaxdrive.types.Observation``);
+masked entries are zero. Road points come from the scenario's grid (``RoadIndex``): the
 ``num_road`` points of the chunks nearest the agent's cell centre, those within
-``road_radius`` unmasked.
+``road_radius`` unmasked. Lights are the scenario's lights valid at the observed log
+step (``signals.lights_at``), the ``num_lights`` nearest stop points within
+``light_radius``, nearest first; ``num_lights = 0`` gives no light tokens.
 """
 
 from __future__ import annotations
@@ -29,22 +36,24 @@ import jax.numpy as jnp
 
 from jaxdrive import geometry
 from jaxdrive.config import ConfigBase, check_int, check_range
-from jaxdrive.scenarios import road_index
+from jaxdrive.scenarios import road_index, signals
 from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.scenarios.road_index import PointRow
 from jaxdrive.types import (
     EGO_FEATURES,
+    LIGHT_FEATURES,
     PARTNER_FEATURES,
     ROAD_FEATURES,
     AgentState,
     EgoFeature,
+    LightFeature,
     Observation,
     PartnerFeature,
     RoadFeature,
 )
 
-__all__ = ["EGO_FEATURES", "PARTNER_FEATURES", "ROAD_FEATURES", "ObservationConfig",
-           "observe"]
+__all__ = ["EGO_FEATURES", "LIGHT_FEATURES", "PARTNER_FEATURES", "ROAD_FEATURES",
+           "ObservationConfig", "observe"]
 
 
 def _in_schema_order(schema, rows: dict) -> list:
@@ -63,14 +72,19 @@ class ObservationConfig(ConfigBase):
     Attributes:
       num_partners: K, partner slots (the K nearest; capped at max_agents - 1).
       num_road: M, road-point slots (at most ``road_index.road_per_cell``).
-      partner_radius, road_radius: metres; farther entities are masked out.
+      num_lights: K_l, traffic-light slots (the K_l nearest stop points; 0: no light
+        tokens, and policies then have no light parameters).
+      partner_radius, road_radius, light_radius: metres; farther entities are masked
+        out.
       speed_scale, size_scale, goal_scale: normalisers (m/s, m, m).
     """
 
     num_partners: int = 63
     num_road: int = 200
+    num_lights: int = 4
     partner_radius: float = 50.0
     road_radius: float = 50.0
+    light_radius: float = 50.0
     speed_scale: float = 30.0
     size_scale: float = 10.0
     goal_scale: float = 100.0
@@ -78,7 +92,9 @@ class ObservationConfig(ConfigBase):
     def __post_init__(self):
         check_int("num_partners", self.num_partners, 0, 4096)
         check_int("num_road", self.num_road, 1, 100_000)
-        for name in ("partner_radius", "road_radius", "speed_scale", "size_scale", "goal_scale"):
+        check_int("num_lights", self.num_lights, 0, 4096)
+        for name in ("partner_radius", "road_radius", "light_radius", "speed_scale",
+                     "size_scale", "goal_scale"):
             check_range(name, getattr(self, name), 0.0, None, lo_open=True)
 
 
@@ -92,17 +108,20 @@ def observe(
     width: jax.Array,
     obj_type: jax.Array,
     goal: jax.Array,
+    log_step: jax.Array,
     trig=None,
 ) -> Observation:
     """Observation of every agent slot of one environment.
 
     Args:
       config: sizes and scales.
-      pool: the scenario pool; scenario ``scenario_id`` supplies the road graph.
+      pool: the scenario pool; scenario ``scenario_id`` supplies the road graph and
+        traffic lights.
       scenario_id: () int32.
       agents: ``AgentState`` with A agents.
       visible: (A,) bool, agents others can see (present and not removed).
       length, width: (A,) float32; obj_type: (A,) int32; goal: (A, 2) float32.
+      log_step: () int32, the log index of this state (lights show their state there).
       trig: optional ``(cos(yaw), sin(yaw))`` (A,) each, materialised (see
         ``geometry.materialize``); computed here when absent.
     Returns:
@@ -114,7 +133,8 @@ def observe(
         ego = _ego_features(config, agents, length, width, goal)
         partners = _partner_features(config, agents, visible, length, width, obj_type, trig)
         road = _road_features(config, pool, scenario_id, agents, trig)
-    return Observation(ego=ego, partners=partners, road=road)
+        lights = _light_features(config, pool, scenario_id, agents, log_step, trig)
+    return Observation(ego=ego, partners=partners, road=road, lights=lights)
 
 
 def _ego_features(config, agents, length, width, goal):
@@ -205,3 +225,41 @@ def _road_features(config, pool, scenario_id, agents, trig):
     rows = [jnp.where(ok, r, 0.0).reshape(a, -1)[:, :m]
             for r in _in_schema_order(RoadFeature, rows)]
     return jnp.stack(rows, axis=1).astype(jnp.float32)
+
+
+def _light_features(config, pool, scenario_id, agents, log_step, trig):
+    """(A, LIGHT_FEATURES, K_l) float32; K_l = ``num_lights``, zero-padded where the
+    scenario has fewer light slots."""
+    a, k_l = agents.xy.shape[0], config.num_lights
+    if k_l == 0:
+        return jnp.zeros((a, LIGHT_FEATURES, 0), jnp.float32)
+    lights = jax.tree.map(lambda x: x[scenario_id], pool.scenarios.traffic_lights)
+    state, valid = signals.lights_at(lights, log_step)  # (TL,)
+    colour = signals.color(state, valid).astype(jnp.float32)
+    stop_xy, stop_dir = lights.stop_xy, pool.stop_dir[scenario_id]  # (TL, 2)
+    cos, sin = trig
+    c, s = cos[:, None], sin[:, None]
+    dx = stop_xy[None, :, 0] - agents.xy[:, 0, None]  # (A, TL)
+    dy = stop_xy[None, :, 1] - agents.xy[:, 1, None]
+    lx = c * dx + s * dy
+    ly = -s * dx + c * dy
+    d2 = lx * lx + ly * ly
+    ok = valid[None, :] & (d2 <= config.light_radius**2)
+    ones = jnp.ones_like(lx)
+    rows = {
+        LightFeature.X: lx / config.light_radius,
+        LightFeature.Y: ly / config.light_radius,
+        LightFeature.DIR_X: c * stop_dir[None, :, 0] + s * stop_dir[None, :, 1],
+        LightFeature.DIR_Y: -s * stop_dir[None, :, 0] + c * stop_dir[None, :, 1],
+        LightFeature.VALID: ones,
+        LightFeature.TYPE: ones * colour[None, :],
+    }
+    feats = jnp.stack([jnp.where(ok, r, 0.0) for r in _in_schema_order(LightFeature, rows)],
+                      axis=1).astype(jnp.float32)  # (A, F, TL)
+    k = min(k_l, stop_xy.shape[0])
+    # Nearest k by distance; masked lights sort last (and are zero already).
+    _, pick = jax.lax.top_k(jnp.where(ok, -d2, -jnp.inf), k)
+    feats = jnp.take_along_axis(feats, pick[:, None, :], axis=2)
+    if k < k_l:
+        feats = jnp.pad(feats, ((0, 0), (0, 0), (0, k_l - k)))
+    return feats

@@ -1,11 +1,11 @@
 """Scene encoders: one embedding per agent and step from its ``Observation``.
 
 Per-token work dominates the policy's cost (an agent sees K partner and M road points,
-~260 by default), so partners get one small linear layer each, road points are embedded
-in groups of G consecutive points (pieces of polylines, as in VectorNet's polyline
-subgraphs, Gao et al. 2020: one GEMM row per group instead of per point), and attention
-runs from the ego query only, with the key and value projections folded into the query
-side:
+~260 by default), so partners and traffic lights get one small linear layer each (one
+embedding per token type), road points are embedded in groups of G consecutive points
+(pieces of polylines, as in VectorNet's polyline subgraphs, Gao et al. 2020: one GEMM
+row per group instead of per point), and attention runs from the ego query only, with
+the key and value projections folded into the query side:
 
     score_hj = q_h . (W_k,h t_j) = (W_k,h^T q_h) . t_j
     out_h    = sum_j a_hj W_v,h t_j = W_v,h (sum_j a_hj t_j)
@@ -13,6 +13,12 @@ side:
 which is exact multi-head attention with per-token cost O(token_dim) per head instead of
 a projection per token. A learned null token is always attendable, so an agent that
 sees nothing gets a finite embedding.
+
+Traffic lights (``Observation.lights``) are one more token type, masked like partners and
+road groups. An observation with no light slots (``ObservationConfig.num_lights = 0``)
+creates no light parameters and computes exactly what the encoders computed before
+lights existed; parameters without light entries (a policy trained before lights, e.g. a
+frozen co-player) ignore the light slots of an observation in the same way.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from jaxdrive.models.softmax import joint_softmax
+from jaxdrive.scenarios.signals import NUM_LIGHT_COLORS
 from jaxdrive.types import (
     EGO_FEATURES,
+    LightFeature,
     ObjectType,
     Observation,
     PartnerFeature,
@@ -33,11 +41,12 @@ from jaxdrive.types import (
 
 NUM_OBJECT_TYPES = len(ObjectType)
 NUM_ROAD_TYPES = len(RoadType)
-# The feature-major partner / road arrays hold their continuous rows first, then the
-# valid flag, then the type id (``jaxdrive.types`` checks that layout): the continuous
-# rows are those before VALID.
+# The feature-major partner / road / light arrays hold their continuous rows first, then
+# the valid flag, then the type id (``jaxdrive.types`` checks that layout): the
+# continuous rows are those before VALID.
 PARTNER_CONTINUOUS = int(PartnerFeature.VALID)
 ROAD_CONTINUOUS = int(RoadFeature.VALID)
+LIGHT_CONTINUOUS = int(LightFeature.VALID)
 
 
 class TokenEmbed(nn.Module):
@@ -61,6 +70,19 @@ def partner_tokens(obs: Observation):
     p = jnp.swapaxes(obs.partners, -1, -2)
     types = jnp.clip(p[..., PartnerFeature.TYPE].astype(jnp.int32), 0, NUM_OBJECT_TYPES - 1)
     return p[..., :PARTNER_CONTINUOUS], types, p[..., PartnerFeature.VALID] > 0.5
+
+
+def light_tokens(obs: Observation):
+    """(..., K_l, LIGHT_CONTINUOUS) continuous features, (..., K_l) ``LightColor`` ids,
+    (..., K_l) valid."""
+    g = jnp.swapaxes(obs.lights, -1, -2)
+    types = jnp.clip(g[..., LightFeature.TYPE].astype(jnp.int32), 0, NUM_LIGHT_COLORS - 1)
+    return g[..., :LIGHT_CONTINUOUS], types, g[..., LightFeature.VALID] > 0.5
+
+
+def has_lights(obs: Observation) -> bool:
+    """Static: the observation has light slots (K_l > 0)."""
+    return obs.lights.shape[-1] > 0
 
 
 def road_group_tokens(obs: Observation, group: int):
@@ -97,7 +119,9 @@ def _scores(u: jax.Array, tokens: jax.Array) -> jax.Array:
 
 class SceneTokens(nn.Module):
     """Embeddings of one observation: ego (..., model_dim), partner tokens (..., K, td)
-    with mask (..., K), road-group tokens (..., M/G, td) with mask (..., M/G)."""
+    with mask (..., K), road-group tokens (..., M/G, td) with mask (..., M/G), light
+    tokens (..., K_l, td) with mask (..., K_l) (both None when K_l = 0 or the parameters
+    have no light embedding)."""
 
     token_dim: int
     model_dim: int
@@ -115,7 +139,14 @@ class SceneTokens(nn.Module):
         ego = EgoMLP(self.model_dim, dt)(obs.ego)
         p_tok = TokenEmbed(self.token_dim, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
         r_tok = TokenEmbed(self.token_dim, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
-        return ego, p_tok, pm, r_tok, rm
+        l_tok = lm = None
+        # Parameters from an observation without lights have no light embedding: such a
+        # policy reads the other tokens only, as it was trained.
+        if has_lights(obs) and (self.is_initializing()
+                                or self.has_variable("params", "light_embed")):
+            lf, lt, lm = light_tokens(obs)
+            l_tok = TokenEmbed(self.token_dim, NUM_LIGHT_COLORS, dt, name="light_embed")(lf, lt)
+        return ego, p_tok, pm, r_tok, rm, l_tok, lm
 
 
 class EgoMLP(nn.Module):
@@ -132,10 +163,11 @@ class EgoMLP(nn.Module):
 
 
 class AttentionSceneEncoder(nn.Module):
-    """Ego-query attention over partner and road tokens: (...) obs -> (..., model_dim).
+    """Ego-query attention over partner, road and light tokens: (...) obs ->
+    (..., model_dim).
 
     Attributes:
-      token_dim: width of partner and road tokens.
+      token_dim: width of partner, road and light tokens.
       model_dim: output width.
       heads: attention heads; head_dim = model_dim // heads.
     """
@@ -150,8 +182,9 @@ class AttentionSceneEncoder(nn.Module):
     def __call__(self, obs: Observation) -> jax.Array:
         h, td, dt = self.heads, self.token_dim, self.dtype
         dh = self.model_dim // h
-        ego, p_tok, pm, r_tok, rm = SceneTokens(td, self.model_dim, self.road_group, dt,
-                                                name="tokens")(obs)
+        ego, p_tok, pm, r_tok, rm, l_tok, lm = SceneTokens(td, self.model_dim,
+                                                           self.road_group, dt,
+                                                           name="tokens")(obs)
 
         init = nn.initializers.lecun_normal()
         q = nn.Dense(h * dh, dtype=dt, name="query")(nn.LayerNorm(dtype=dt)(ego))
@@ -163,8 +196,12 @@ class AttentionSceneEncoder(nn.Module):
         s_p = _scores(jnp.einsum("...hc,hcd->...hd", q, wk_p), p_tok)
         s_r = _scores(jnp.einsum("...hc,hcd->...hd", q, wk_r), r_tok)
         s_0 = jnp.sum(q * k_null, axis=-1, keepdims=True)  # (..., h, 1), always valid
-        w_0, w_p, w_r = joint_softmax([s_0, s_p, s_r], [True, pm[..., None, :],
-                                                        rm[..., None, :]])
+        scores, masks = [s_0, s_p, s_r], [True, pm[..., None, :], rm[..., None, :]]
+        if l_tok is not None:
+            wk_l = self.param("key_light", init, (h, dh, td), jnp.float32).astype(dt)
+            scores.append(_scores(jnp.einsum("...hc,hcd->...hd", q, wk_l), l_tok))
+            masks.append(lm[..., None, :])
+        w_0, w_p, w_r, *w_l = joint_softmax(scores, masks)
         # Values: weighted token sums per head, then the per-head value projections.
         pool_p = jnp.einsum("...hk,...kd->...hd", w_p.astype(dt), p_tok)
         pool_r = jnp.einsum("...hk,...kd->...hd", w_r.astype(dt), r_tok)
@@ -174,6 +211,10 @@ class AttentionSceneEncoder(nn.Module):
         att = (jnp.einsum("...hd,hdc->...hc", pool_p, wv_p)
                + jnp.einsum("...hd,hdc->...hc", pool_r, wv_r)
                + w_0.astype(dt) * v_null)
+        if l_tok is not None:
+            pool_l = jnp.einsum("...hk,...kd->...hd", w_l[0].astype(dt), l_tok)
+            wv_l = self.param("value_light", init, (h, td, dh), jnp.float32).astype(dt)
+            att = att + jnp.einsum("...hd,hdc->...hc", pool_l, wv_l)
         att = att.reshape(att.shape[:-2] + (h * dh,))
         x = ego + nn.Dense(self.model_dim, dtype=dt, name="attn_out")(att)
         y = nn.Dense(2 * self.model_dim, dtype=dt)(nn.LayerNorm(dtype=dt)(x))
@@ -182,7 +223,8 @@ class AttentionSceneEncoder(nn.Module):
 
 class PooledSceneEncoder(nn.Module):
     """The MLP baseline's encoder: token embeddings max-pooled over valid tokens per
-    family (partners, road), concatenated with the ego embedding: (...) -> (..., model_dim).
+    family (partners, road, lights when present), concatenated with the ego embedding:
+    (...) -> (..., model_dim).
     """
 
     token_dim: int
@@ -193,12 +235,16 @@ class PooledSceneEncoder(nn.Module):
     @nn.compact
     def __call__(self, obs: Observation) -> jax.Array:
         dt = self.dtype
-        ego, p_tok, pm, r_tok, rm = SceneTokens(self.token_dim, self.model_dim,
-                                                self.road_group, dt, name="tokens")(obs)
+        ego, p_tok, pm, r_tok, rm, l_tok, lm = SceneTokens(
+            self.token_dim, self.model_dim, self.road_group, dt, name="tokens")(obs)
         # Tokens are >= 0 after relu, so masking to 0 before the max is exact pooling
         # with an empty set pooled to 0.
         p = jnp.max(jnp.where(pm[..., None], p_tok, 0), axis=-2, initial=0)
         r = jnp.max(jnp.where(rm[..., None], r_tok, 0), axis=-2, initial=0)
-        x = jnp.concatenate([ego, p.astype(dt), r.astype(dt)], axis=-1)
+        parts = [ego, p.astype(dt), r.astype(dt)]
+        if l_tok is not None:
+            parts.append(jnp.max(jnp.where(lm[..., None], l_tok, 0), axis=-2,
+                                 initial=0).astype(dt))
+        x = jnp.concatenate(parts, axis=-1)
         x = nn.relu(nn.Dense(2 * self.model_dim, dtype=dt)(x))
         return nn.Dense(self.model_dim, dtype=dt)(x)

@@ -5,6 +5,8 @@
   episode).
 - ``mlp``: max-pooled token encoder and an MLP; no memory (its cache only counts steps).
 
+Both read the observation's partner, road and traffic-light tokens (light parameters
+exist only when the observation has light slots, ``ObservationConfig.num_lights > 0``).
 Both heads sit on the same trunk: a categorical over the env's discrete action grid or a
 scaled Beta for continuous actions, and a value head.
 
@@ -46,7 +48,8 @@ class PolicyConfig(ConfigBase):
 
     Attributes:
       kind: ``transformer`` (memory through a KV cache) or ``mlp`` (no memory).
-      token_dim: width of partner and road tokens (per-token cost scales with it).
+      token_dim: width of partner, road and light tokens (per-token cost scales with
+        it).
       road_group: G, consecutive road points per road token (set it to the road index's
         ``chunk_size`` so that tokens are pieces of one polyline).
       model_dim: width of the per-step embedding and the temporal decoder.

@@ -1,5 +1,9 @@
 """A run directory read back: its resolved config and its policy (``load_policy``).
 
+Saved configs are read through ``read_run_config`` (training's ``--resume`` and
+``load_policy`` alike), which upgrades configs of older runs: the flat dynamics layout,
+and no ``env.observation.num_lights`` key meaning no light tokens (``num_lights = 0``).
+
 Sits below both ``train`` (which writes run directories) and ``eval`` (which reads
 them), so that evaluation never imports the trainer.
 """
@@ -39,7 +43,31 @@ def read_run_config(run_dir: str | Path, overrides: dict | None = None) -> RunCo
     dynamics = (data.get("env") or {}).get("dynamics")
     if isinstance(dynamics, dict):  # runs saved before the per-model dynamics sections
         data["env"]["dynamics"] = migrate_flat_layout(dynamics)
+    data = without_lights_if_absent(data)
     return RunConfig.from_dict(merge(data, overrides or {}))
+
+
+def without_lights_if_absent(data: dict) -> dict:
+    """A saved run config ``data`` with ``env.observation.num_lights = 0`` where the key is
+    absent: runs saved before traffic-light observations have no light tokens, and their
+    checkpoints no light parameters (the default, 4, would not match them)."""
+    if "env.observation.num_lights" in _paths(data):  # nested or as a dotted path
+        return data
+    env = data.get("env")
+    env = dict(env) if isinstance(env, dict) else {}
+    obs = env.get("observation")
+    obs = dict(obs) if isinstance(obs, dict) else {}
+    return {**data, "env": {**env, "observation": {**obs, "num_lights": 0}}}
+
+
+def _paths(data, prefix: str = "") -> set[str]:
+    """Every key of a nested mapping as a dotted path (dotted keys as written)."""
+    out = set()
+    for k, v in (data.items() if isinstance(data, dict) else ()):
+        path = f"{prefix}{k}"
+        out.add(path)
+        out |= _paths(v, path + ".")
+    return out
 
 
 @dataclass

@@ -93,8 +93,8 @@ class Rollout:
 
 
 def _rows(x: jax.Array) -> jax.Array:
-    """(B, A, ...) -> (B*A, ...)."""
-    return x.reshape((-1,) + x.shape[2:])
+    """(B, A, ...) -> (B*A, ...) (explicit sizes: -1 fails on zero-size leaves)."""
+    return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
 
 
 def _take_cache_rows(cache: KVCache, idx: jax.Array) -> KVCache:
