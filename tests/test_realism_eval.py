@@ -89,16 +89,17 @@ def test_scores_named_in_range_baselines_ordered_no_recompile(setup):
     assert res2.metrics["log_replay/meta_metric"] == res.metrics["log_replay/meta_metric"]
 
 
-def test_controlled_mode_random_actor(setup):
+def test_controlled_mode_constant_velocity_actor(setup):
+    # One actor: each is one more compile of the batch function. The random actor takes
+    # the same controller_actor path; random_actions itself drives the golden env cases.
     _, _, policy, obs = setup
-    ev = _evaluator(setup, simulate="controlled", actors=["random", "constant_velocity"],
+    ev = _evaluator(setup, simulate="controlled", actors=["constant_velocity"],
                     **{"env.control_mode": "sdc"})
     res = ev.run(policy, policy.init(jax.random.key(0), obs))
     assert res.status == "ok", res.error
     assert 0.0 <= res.metrics["meta_metric"] <= 1.0
     # Only the SDC is driven and scored.
     assert set(res.per_scenario["evaluated_objects"]) == {1.0}
-    assert 0.0 <= res.metrics["constant_velocity/meta_metric"] <= 1.0
 
 
 @pytest.mark.slow

@@ -5,6 +5,11 @@ three iterations: one on a single device (the plain program), one on a ``data`` 
 8 devices (``--xla_force_host_platform_device_count=8``). Their metrics and parameters
 must agree up to the order of floating-point sums across devices; the compiled programs
 must hold no collective inside the rollout loop and one gradient reduction per update.
+
+The checks on the two child processes are marked ``slow`` (about two minutes of both
+cores: over the CI budget); run them with ``python -m pytest -m slow
+tests/test_train_parallel.py``. The data-parallel evaluation (``test_eval_distributed``)
+and the mesh checks stay in the default run.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_eight_devices_train_like_one(runs):
     one, _ = runs[1]
     eight, report = runs[8]
@@ -72,6 +78,7 @@ def test_eight_devices_train_like_one(runs):
     assert worst[key] <= RTOL, (key, worst[key])
 
 
+@pytest.mark.slow
 def test_rollout_holds_no_collective_in_its_loop(runs):
     _, report = runs[8]
     in_loop = [c for c in report["rollout_collectives"] if c["loop_depth"] > 0]
@@ -80,6 +87,7 @@ def test_rollout_holds_no_collective_in_its_loop(runs):
     assert [c["op"] for c in report["rollout_collectives"]] == ["all-reduce"]
 
 
+@pytest.mark.slow
 def test_gradients_reduced_once_per_update(runs):
     _, report = runs[8]
     step = report["step_collectives"]
@@ -103,6 +111,7 @@ def test_gradients_reduced_once_per_update(runs):
           f"{sum(c['op'] == 'all-gather' for c in step)} all-gathers (the batch)")
 
 
+@pytest.mark.slow
 def test_parameters_replicated_envs_split(runs):
     _, report = runs[8]
     assert report["params_replicated"] and report["opt_state_replicated"]
