@@ -30,6 +30,7 @@ def tuned(tmp_path_factory):
     return code, json.loads(out.read_text()), tmp
 
 
+@pytest.mark.slow  # CI budget: the tuning sweep compiles several train steps
 def test_records_are_monotone_timed_and_hold_memory(tuned):
     code, out, _ = tuned
     assert code == 0
@@ -52,6 +53,7 @@ def test_records_are_monotone_timed_and_hold_memory(tuned):
     assert out["argv"][:3] == ["python", "-m", "jaxdrive.autotune"]
 
 
+@pytest.mark.slow  # CI budget: the tuning sweep compiles several train steps
 def test_recommendation_follows_the_documented_rule(tuned):
     _, out, _ = tuned
     ok = [r for r in out["training"] if r["status"] == "ok" and r["fits"] is not False]
@@ -74,6 +76,7 @@ def test_recommend_prefers_the_largest_fast_setting_that_fits():
     assert recommend([{"num_envs": 4, "status": "too_large", "fits": False}]) is None
 
 
+@pytest.mark.slow  # CI budget: the tuning sweep compiles several train steps
 def test_printed_command_parses_and_sets_num_envs(tuned):
     _, out, tmp = tuned
     n = out["recommendation"]["num_envs"]

@@ -434,6 +434,7 @@ class FirstSteps(Evaluator):
         return self.config.first_steps
 
 
+@pytest.mark.slow  # CI budget: compiles a whole evaluator for a test-only type
 def test_a_new_evaluator_type_is_one_class_and_one_registration():
     from test_eval import build  # tiny env and policy
 

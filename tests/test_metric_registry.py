@@ -43,6 +43,9 @@ def _env_and_params(env_config):
     return env, env.make_params(make_pool(scenes, env_config.road_index))
 
 
+# Slow-marked for the CI budget (a trainer and an evaluator compiled with a test metric);
+# the built-in ran_red_light takes the same path and the PPO and eval goldens record it.
+@pytest.mark.slow
 def test_a_registered_metric_reaches_env_evaluator_and_trainer():
     env_config = EnvConfig.from_dict(ENV)
     with registered(FAST):
