@@ -53,7 +53,7 @@ def rand_obs():
 
 
 
-@pytest.mark.parametrize("discrete", [True, False])
+@pytest.mark.parametrize("discrete", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_mlp_baseline_same_interface_no_memory(discrete):
     cfg = PolicyConfig(kind="mlp", token_dim=8, model_dim=16)
     policy = (Policy(cfg, num_actions=6) if discrete

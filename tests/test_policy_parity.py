@@ -66,10 +66,11 @@ def run_steps(step, params, cache, obs, first, removed):
     return jax.tree.map(lambda *x: jnp.stack(x, axis=1), *outs), cache
 
 
-# H shorter and longer than PREFIX + T; both action heads. The long horizon (no wrap,
-# continuous head) is slow-marked: the wrapping case is the one that catches cache bugs.
+# H shorter and longer than PREFIX + T; both action heads. Slow-marked for the CI budget:
+# tests/test_train_step.py checks the sequence path against the rollout in the default run.
 @pytest.mark.parametrize("horizon, discrete",
-                         [(4, True), pytest.param(32, False, marks=pytest.mark.slow)])
+                         [pytest.param(4, True, marks=pytest.mark.slow),
+                          pytest.param(32, False, marks=pytest.mark.slow)])
 def test_sequence_matches_step_by_step(horizon, discrete):
     policy, params, obs, context, step = setup(horizon, discrete)
     first, removed = masks()

@@ -181,6 +181,7 @@ def test_shipped_training_presets_validate():
     assert adaptive.policy.kind == "transformer"
 
 
+@pytest.mark.slow  # CI budget: a benchmark's CLI, compiles its own trainer
 def test_bench_train_cli_writes_policy_steps_per_s_and_compile_s(tmp_path, uninterrupted):
     from jaxdrive.bench import cli as bench
 
