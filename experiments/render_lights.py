@@ -47,6 +47,24 @@ def pick_step(state: np.ndarray, valid: np.ndarray, init_step: int) -> int:
     return best
 
 
+def log_replay_views(env, params, frame: int, size: int, metres_per_pixel: float):
+    """(size, 2 size + 4, 3) uint8: frame ``frame`` of a log-replay recording of scene 0
+    of ``params``' pool, the scene view beside the ego view (a white gap between)."""
+    video = VideoConfig(num_envs=1, views=("scene", "ego"), width=size, height=size,
+                        ego_metres_per_pixel=metres_per_pixel, trail_steps=10,
+                        chunk_steps=16)
+    recorder = Recorder(env, controller_actor(env, log_replay(env)), video)
+    grabs = [FrameGrabber(recorder, frame, view=v) for v in range(len(video.views))]
+
+    def sink(first, frames, info):
+        for g in grabs:
+            g(first, frames, info)
+
+    record(recorder, None, params, np.zeros(1, np.int32), frame + 1, sink, jax.random.key(0))
+    gap = np.full((size, 4, 3), 255, np.uint8)
+    return np.concatenate([grabs[0].image, gap, grabs[1].image], axis=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scene", default=DEFAULT_SCENES[0] if DEFAULT_SCENES else None)
@@ -77,22 +95,8 @@ def main():
 
     pool = make_pool(jax.tree.map(np.asarray, scenes), env.config.road_index)
     params = env.make_params(pool)
-    video = VideoConfig(num_envs=1, views=("scene", "ego"), width=args.size,
-                        height=args.size, ego_metres_per_pixel=0.15, trail_steps=10,
-                        chunk_steps=16)
-    recorder = Recorder(env, controller_actor(env, log_replay(env)), video)
-    frame = step - init
-    grabs = [FrameGrabber(recorder, frame, view=v) for v in range(len(video.views))]
-
-    def sink(first, frames, info):
-        for g in grabs:
-            g(first, frames, info)
-
-    record(recorder, None, params, np.zeros(1, np.int32), frame + 1, sink, jax.random.key(0))
-    gap = np.full((args.size, 4, 3), 255, np.uint8)
-    image = np.concatenate([grabs[0].image, gap, grabs[1].image], axis=1)
+    image = log_replay_views(env, params, step - init, args.size, 0.15)
     print(f"wrote {write_png(args.out, image)}")
-
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from render_lights import log_replay_views  # experiments/ is the script's directory
 
-from jaxdrive.agents.controllers import log_replay
 from jaxdrive.env import Env, EnvConfig
-from jaxdrive.render.record import Recorder, VideoConfig, controller_actor, record
-from jaxdrive.render.video import FrameGrabber, write_png
+from jaxdrive.render.video import write_png
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 from jaxdrive.scenarios.signals import color, is_red
@@ -77,22 +76,8 @@ def main():
           f"waiting at red; {len(lit)} lights: {', '.join(names)}; colours {colours.tolist()}")
     one = jax.tree.map(lambda x: x[sid:sid + 1], scenes)
     params = env.make_params(make_pool(one, env.config.road_index))
-    video = VideoConfig(num_envs=1, views=("scene", "ego"), width=args.size,
-                        height=args.size, ego_metres_per_pixel=0.12, trail_steps=10,
-                        chunk_steps=16)
-    recorder = Recorder(env, controller_actor(env, log_replay(env)), video)
-    frame = step - init
-    grabs = [FrameGrabber(recorder, frame, view=v) for v in range(len(video.views))]
-
-    def sink(first, frames, info):
-        for g in grabs:
-            g(first, frames, info)
-
-    record(recorder, None, params, np.zeros(1, np.int32), frame + 1, sink, jax.random.key(0))
-    gap = np.full((args.size, 4, 3), 255, np.uint8)
-    image = np.concatenate([grabs[0].image, gap, grabs[1].image], axis=1)
+    image = log_replay_views(env, params, step - init, args.size, 0.12)
     print(f"wrote {write_png(args.out, image)}")
-
 
 if __name__ == "__main__":
     main()
