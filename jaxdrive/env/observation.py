@@ -233,10 +233,10 @@ def _light_features(config, pool, scenario_id, agents, log_step, trig):
     a, k_l = agents.xy.shape[0], config.num_lights
     if k_l == 0:
         return jnp.zeros((a, LIGHT_FEATURES, 0), jnp.float32)
-    lights = jax.tree.map(lambda x: x[scenario_id], pool.scenarios.traffic_lights)
-    state, valid = signals.lights_at(lights, log_step)  # (TL,)
+    state, valid, stop_xy = signals.scenario_lights_at(pool.scenarios.traffic_lights,
+                                                       scenario_id, log_step)  # (TL,)
     colour = signals.color(state, valid).astype(jnp.float32)
-    stop_xy, stop_dir = lights.stop_xy, pool.stop_dir[scenario_id]  # (TL, 2)
+    stop_dir = pool.stop_dir[scenario_id]  # (TL, 2)
     cos, sin = trig
     c, s = cos[:, None], sin[:, None]
     dx = stop_xy[None, :, 0] - agents.xy[:, 0, None]  # (A, TL)

@@ -84,12 +84,11 @@ def _offroad(v: StepView) -> jax.Array:
 
 
 def _ran_red_light(v: StepView) -> jax.Array:
-    # Only this scenario's (TL, T) light arrays are gathered, never the pool's.
-    lights = jax.tree.map(lambda x: x[v.scenario_id], v.pool.scenarios.traffic_lights)
-    red = signals.is_red(*signals.lights_at(lights, v.log_step))
+    state, valid, stop_xy = signals.scenario_lights_at(
+        v.pool.scenarios.traffic_lights, v.scenario_id, v.log_step)
     return v.present & signals.red_light_crossing(
-        v.prev_xy, v.agents.xy, v.agents.yaw, lights.stop_xy, v.pool.stop_dir[v.scenario_id],
-        red)
+        v.prev_xy, v.agents.xy, v.agents.yaw, stop_xy, v.pool.stop_dir[v.scenario_id],
+        signals.is_red(state, valid))
 
 
 registry.register(Metric("goal_reached",

@@ -78,6 +78,19 @@ def lights_at(lights: TrafficLights, t: jax.Array) -> tuple[jax.Array, jax.Array
     return state, valid
 
 
+def scenario_lights_at(lights: TrafficLights, scenario_id: jax.Array, t: jax.Array
+                       ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Lights of scenario ``scenario_id`` of a batch (leading axis N) at log step ``t``,
+    gathering only that step (not the scenario's whole (TL, T) arrays).
+
+    Returns:
+      state: (TL,) int32; valid: (TL,) bool; stop_xy: (TL, 2) float32.
+    """
+    t = jnp.clip(t, 0, lights.state.shape[-1] - 1)
+    return (lights.state[scenario_id, :, t], lights.valid[scenario_id, :, t],
+            lights.stop_xy[scenario_id])
+
+
 def stop_directions(lights: TrafficLights, roadgraph: Roadgraph) -> jax.Array:
     """(TL, 2) float32 unit direction of each light's lane at its stop point (the
     direction of the lane centre-line point nearest the stop point); zero where the lane
