@@ -1,13 +1,15 @@
 """Inspect what a policy's memory does over one multi-trial episode.
 
     python -m jaxdrive.inspect --checkpoint RUN_DIR [--scenario N] [--seed S]
-                               [--trials K] [--agent A] [--out DIR] [--set KEY=VALUE ...]
+                               [--scenes FILE ...] [--trials K] [--agent A] [--out DIR]
+                               [--set KEY=VALUE ...]
 
 Plays one episode of the run's env in trial mode (``env.goal_behavior: trial`` with
 ``--trials`` trials; the run's own count when it trained in trial mode) on held-out
 procedural scene ``--scenario`` (scene N of the validation scenes: seed
-``validation.seed`` unless ``--seed``), the policy acting with its mode actions, in one
-jitted scan. Writes into ``--out`` (default ``RUN_DIR/inspect/``):
+``validation.seed`` unless ``--seed``; or scene N of ``--scenes`` files), the policy
+acting with its mode actions, in one jitted scan. Writes into ``--out`` (default
+``RUN_DIR/inspect/``):
 
 - ``attention.png``: the inspected agent's temporal-decoder attention over its memory
   at every step (query step x key step, per layer: head mean and each head), trial
@@ -37,7 +39,7 @@ import yaml
 
 from jaxdrive.config import ConfigError, merge, parse_overrides
 from jaxdrive.env import Env, episode_steps
-from jaxdrive.files import OutputError, atomic_write_text, check_writable
+from jaxdrive.files import OutputError, atomic_open, atomic_write_text, check_writable
 from jaxdrive.inspect.plots import plot_attention, plot_cache
 from jaxdrive.inspect.probe import (
     collect,
@@ -63,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="checkpoint of the run to load (default best)")
     p.add_argument("--scenario", type=int, default=0, metavar="N",
                    help="held-out procedural scene index (default 0)")
+    p.add_argument("--scenes", nargs="+", metavar="FILE",
+                   help="play scene --scenario of these files (WOMD JSON / TFRecord or a "
+                        "converted shard directory) instead of a procedural scene")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="seed of the procedural scenes (default: the run's validation.seed)")
     p.add_argument("--trials", type=int, default=None, metavar="K",
@@ -99,14 +104,28 @@ def load(args):
     return read_run_config(loaded.run_dir, overrides), loaded
 
 
+def _scene(args, config, seed):
+    """The one scene to play (a Scenario with a leading axis of 1)."""
+    if args.scenes:
+        from jaxdrive.data import load_scenarios
+
+        scenes, _ = load_scenarios(list(args.scenes), config.env.scenario)
+        n = int(scenes.objects.xy.shape[0])
+        if args.scenario >= n:
+            raise ValueError(f"--scenario {args.scenario} is out of range: --scenes holds "
+                             f"{n} scene(s), so pick 0 to {n - 1}.")
+        return jax.tree.map(lambda x: x[args.scenario:args.scenario + 1], scenes)
+    num = max(config.validation.num_scenes, args.scenario + 1)
+    # Scene N of the held-out set: the same scene whatever N (generate_batch's part).
+    return generate_batch(jax.random.key(seed), num, config.procedural, config.env.scenario,
+                          part=(args.scenario, args.scenario + 1))
+
+
 def build(args, config):
     """(env, env_params, initial state and timestep with one env, SDC flags)."""
     env = Env(config.env)
     seed = config.validation.seed if args.seed is None else args.seed
-    num = max(config.validation.num_scenes, args.scenario + 1)
-    # Scene N of the held-out set: the same scene whatever N (generate_batch's part).
-    scenes = generate_batch(jax.random.key(seed), num, config.procedural,
-                            config.env.scenario, part=(args.scenario, args.scenario + 1))
+    scenes = _scene(args, config, seed)
     env_params = env.make_params(make_pool(scenes, config.env.road_index))
     reset = jax.jit(jax.vmap(env.reset_to, in_axes=(None, 0, 0)))
     state, timestep = reset(env_params, jnp.zeros((1,), jnp.int32),
@@ -146,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     outs = run(loaded.params, env_params, state, timestep, jnp.int32(agent))
     probe = collect(outs, agent, state0, is_sdc)
     c = config.env
+    source = (" ".join(args.scenes) if args.scenes else
+              f"seed {config.validation.seed if args.seed is None else args.seed}")
     header = [f"run: {loaded.run_dir} (step {loaded.step}), policy: {policy.config.kind}",
-              f"scene: {args.scenario} of seed "
-              f"{config.validation.seed if args.seed is None else args.seed}, trials: "
+              f"scene: {args.scenario} of {source}, trials: "
               f"{c.num_trials} x {c.trial_length} steps (episode {episode_steps(env)})"]
     paths = []
     trace = out / "trace.txt"
@@ -158,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         paths.append(plot_attention(probe, out / "attention.png"))
         paths.append(plot_cache(probe, out / "cache.png"))
     arrays = {k: v for k, v in dataclasses.asdict(probe).items() if v is not None}
-    np.savez_compressed(out / "probe.npz", **arrays)
+    with atomic_open(out / "probe.npz", "wb") as f:
+        np.savez_compressed(f, **arrays)
     paths.append(out / "probe.npz")
     print("\n".join(header + summary_lines(probe)))
     for path in paths:

@@ -15,6 +15,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from jaxdrive.files import atomic_open
 from jaxdrive.inspect.probe import EpisodeProbe, attendable, by_position
 
 # Slot states in the cache-occupancy image.
@@ -32,7 +33,8 @@ def trial_starts(probe: EpisodeProbe) -> list[int]:
 
 def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=110)
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
     return path
 
 
