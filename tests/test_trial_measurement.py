@@ -14,23 +14,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scenes import CAR, straight_road
 
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.eval.evaluator import Evaluator
-from jaxdrive.eval.evaluators import _trial_reduce, make_evaluators
+from jaxdrive.eval.evaluators import MultiScenario, _trial_reduce
 from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.metrics.trials import TRIAL_COUNTERS
 from jaxdrive.models.policy import Policy, PolicyConfig
 from jaxdrive.render.video import count_video_frames
+from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
 from jaxdrive.telemetry.writers import WandbWriter, video_keys
-from jaxdrive.types import merge_rows
+from jaxdrive.types import merge_rows, tree_stack
 
 K, TIMEOUT = 2, 5  # episodes of at most 10 steps
 STEPS = 23  # two whole episodes and a cut third (more where trials end early)
 BATCH, NUM = 2, 3  # two batches, the second padded
-ENV = {"scenario": {"max_agents": 4, "num_steps": 31, "max_road_points": 1024,
-                    "max_lanes": 32}, "collision_behavior": "remove",
+ENV = {"scenario": ScenarioConfig(max_agents=4, num_steps=31,
+                                  max_road_points=1024).to_dict(),
+       "collision_behavior": "remove", "init_step": 0,
        "observation": {"num_partners": 3, "num_road": 20},
        "road_index": {"road_per_cell": 20, "grid_size": 8}}
 PROCEDURAL = {"num_agents": [2, 4], "arm_length": 30.0, "lanes_per_direction": [1, 1],
@@ -38,10 +41,22 @@ PROCEDURAL = {"num_agents": [2, 4], "arm_length": 30.0, "lanes_per_direction": [
                            "intersection": 0.0}}
 
 
+class StraightRoads(MultiScenario):
+    """Hand-built scenes (no procedural generator to compile): cars on a straight road."""
+
+    def load_scenarios(self, env_config):
+        sc = env_config.scenario
+        cars = [[(0, -2, 0, 5, *CAR), (-30, 2, np.pi, 4, *CAR)],
+                [(-10, -2, 0, 3, *CAR), (10, -2, 0, 6, *CAR), (40, 2, np.pi, 5, *CAR)],
+                [(5, 2, np.pi, 2, *CAR), (-20, -2, 0, 7, *CAR), (25, -2, 0, 1, *CAR),
+                 (-45, 2, np.pi, 3, *CAR)]]
+        return jax.tree.map(jnp.asarray, tree_stack([straight_road(sc, c) for c in cars]))
+
+
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
-    """(evaluator, result, policy params) of a trial-mode multi_scenario evaluation that
-    renders all its scenarios."""
+def evaluated():
+    """(evaluator, result) of a trial-mode multi_scenario evaluation whose videos would
+    show all its scenarios (their actions are kept; rendered only by the video test)."""
     env_config = EnvConfig.from_dict(ENV)
     procedural = ProceduralConfig.from_dict(PROCEDURAL)
     env = Env(env_config)
@@ -53,13 +68,13 @@ def evaluated(tmp_path_factory):
                "render": {"enabled": True, "num_scenarios": NUM, "steps": STEPS + 1,
                           "width": 32, "height": 32}}
     specs = load_suite_specs({"eval": {"ev": section}}, env_config, procedural)
-    (ev,) = make_evaluators(specs.values())
+    ev = StraightRoads(specs["ev"])
     ev._build(policy)
     # Jitted: eagerly, each operation would compile on its own.
     _, ts = jax.jit(ev._setup["env"].reset_batch, static_argnums=2)(
         ev._setup["env_params"], jax.random.key(0), 1)
     params = jax.jit(policy.init)(jax.random.key(0), merge_rows(ts.obs))
-    result = ev.run(policy, params, out_dir=tmp_path_factory.mktemp("eval"), step=7)
+    result = ev.run(policy, params, step=7)  # no out_dir: no videos yet
     assert result.status == "ok", result.error
     return ev, result
 
@@ -156,11 +171,13 @@ def test_records_counters_and_trial_outcomes_equal_a_host_replay(evaluated):
         assert result.metrics[name] == pytest.approx(want[name], abs=1e-6), name
 
 
-def test_video_replays_the_recorded_states(evaluated):
-    ev, result = evaluated
+@pytest.mark.slow  # the recorder's compile; default-run sibling: the records test above
+def test_video_replays_the_recorded_states(evaluated, tmp_path):
+    ev, _ = evaluated
     s = ev._setup
-    assert len(result.videos) == NUM
-    assert count_video_frames(result.videos[0]) == STEPS + 1
+    videos = ev._render(None, None, tmp_path, 7)  # what ``run`` does with an out_dir
+    assert len(videos) == NUM and all(f"step{7:010d}_env" in v for v in videos)
+    assert count_video_frames(videos[0]) == STEPS + 1
     j = 2  # the second batch's row
     states, _ = replay(ev, j)
     rec = s["recorder"]
@@ -188,8 +205,8 @@ def test_video_replays_the_recorded_states(evaluated):
                 np.testing.assert_array_equal(g, w)
 
 
-def test_each_env_video_gets_its_own_wandb_key(evaluated, monkeypatch, tmp_path):
-    _, result = evaluated
+def test_each_env_video_gets_its_own_wandb_key(monkeypatch, tmp_path):
+    videos = [f"out/ev/render/scene/step0000000007_env{i:03d}.mp4" for i in (4, 0, 9)]
     logged = []
     run = types.SimpleNamespace(id="r", disabled=False, finish=lambda: None,
                                 log=lambda data, step=None: logged.append((data, step)))
@@ -200,7 +217,7 @@ def test_each_env_video_gets_its_own_wandb_key(evaluated, monkeypatch, tmp_path)
     fake.login = lambda prompt=True, verify=True: True
     monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
     writer = WandbWriter({}, str(tmp_path), mode="offline")
-    for key, path in video_keys("ev", result.videos):
+    for key, path in video_keys("ev", videos):
         writer.log_video(key, path, 7)
     keys = [k for data, _ in logged for k in data]
     assert keys == [f"video/ev/scene/env_{i}" for i in range(NUM)]
@@ -240,3 +257,68 @@ def test_adaptation_reduction_on_device_matches_numpy():
     np.testing.assert_allclose(red["delta_mean"][:, 0], [0.5, 0.0])
     np.testing.assert_allclose(red["delta_std"][:, 0], [0.0, 0.0])
     assert float(red["gain_mean"][0]) == 0.5 and float(red["gain_n"]) == 2
+
+
+TRAIN_TIMEOUT = 4
+
+
+def ppo_setup(evaluated, trial_counters=True):
+    """(config, env, PPO, its initial state, env params) of a tiny trial-mode run on the
+    evaluation's scenes."""
+    from jaxdrive.runs.config import RunConfig
+    from jaxdrive.train.ppo import PPO
+
+    timeout = TRAIN_TIMEOUT
+    config = RunConfig.from_dict({
+        "env": {**ENV, "collision_behavior": "ignore", "goal_behavior": "trial",
+                "num_trials": K, "trial_timeout": timeout},
+        "procedural": PROCEDURAL, "policy": {"kind": "mlp", "model_dim": 16, "token_dim": 8},
+        "train": {"seed": 1, "num_scenes": 2, "num_envs": 2, "rollout_steps": 19},
+        "validation": {"every": 0}})
+    env = Env(config.env)
+    env_params = env.make_params(evaluated[0]._setup["env_params"].pool)  # the same scenes
+    policy = Policy.for_env(config.policy, env)
+    ppo = PPO(config, env, policy, trial_counters=trial_counters)
+    return config, env, ppo, ppo.init(jax.random.key(0), env_params), env_params
+
+
+def test_training_step_logs_trial_counters(evaluated):
+    # Off by default (the PPO golden pins the default metrics); the training run sets it.
+    _, _, ppo, state, env_params = ppo_setup(evaluated)
+    logged = jax.eval_shape(ppo.train_step, state, env_params)[1]  # traced, not compiled
+    assert {f"train/{n}" for n in ("trial_episodes", *TRIAL_COUNTERS)} <= set(logged)
+
+
+@pytest.mark.slow  # a rollout compile; default-run siblings: the records test (the same
+# TrialTotals counters, from an evaluation) and the test above (the step logs them)
+def test_training_counters_equal_a_brute_force_count(evaluated):
+    config, env, ppo, state, env_params = ppo_setup(evaluated)
+    timeout = TRAIN_TIMEOUT
+    _, traj, _, totals = jax.jit(ppo._rollout_totals)(state, env_params)
+    term, trunc = np.asarray(traj.terminated), np.asarray(traj.truncated)  # (T, N)
+    a = env.config.scenario.max_agents
+    episodes = []  # per completed episode: [(length, timed out, goal reached)]
+    for b in range(config.train.num_envs):
+        rows = slice(b * a, (b + 1) * a)
+        trial_end = (term[:, rows] | trunc[:, rows]).any(1)  # controlled agents' flags
+        episode_end = term[:, rows].any(1)
+        t0, trials = 0, []
+        for t in range(term.shape[0]):
+            if trial_end[t]:
+                length = t + 1 - t0
+                # Collisions are ignored: a trial of an env with controlled agents (the
+                # rows with flags) ends early only when every one reached its goal.
+                trials.append((length, length >= timeout, length < timeout))
+                t0 = t + 1
+            if episode_end[t]:
+                episodes.append(trials)
+                trials = []
+    got = {k: float(v) for k, v in jax.device_get(totals.counters()).items()}
+    flat = [x for e in episodes for x in e]
+    n = len(episodes)
+    assert n >= 2 and any(x[1] for x in flat)  # not vacuous
+    want = {"trial_episodes": n, "trials_completed": len(flat) / n,
+            "trials_timed_out": sum(x[1] for x in flat) / n,
+            "trials_goal_reached": sum(x[2] for x in flat) / n,
+            "trial_mean_length": sum(x[0] for x in flat) / len(flat)}
+    assert got == pytest.approx(want, abs=1e-6)
