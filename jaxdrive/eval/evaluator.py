@@ -601,7 +601,7 @@ class Evaluator:
             j = n if positions is None else int(positions[n])
             r, k = divmod(j, per_rollout)
             row = {f: v[n] for f, v in rows.items()}
-            for span in episode_spans(row, self._setup["steps"]):
+            for span in episode_spans(row):
                 py = {f: _python(v) for f, v in span.items()}
                 head = {"actor": actor_name, "rollout": r, "env_index": k % batch,
                         "batch": k // batch, "scenario_id": py["scenario_id"],

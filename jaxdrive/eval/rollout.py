@@ -230,15 +230,15 @@ def make_episode_rollout(env: Env, actor: Actor, num_steps: int,
     return run
 
 
-def episode_spans(row: dict, num_steps: int) -> list[dict]:
+def episode_spans(row: dict) -> list[dict]:
     """Every episode of one fetched record row (host side) that the records report: the
     counted one (``end_step`` as recorded; unfinished when cut by the rollout's end),
     then each later episode the env completed, with its scenario, counts and trial
     outcomes.
 
     Args:
-      row: name -> value of one row of ``EpisodeRecord.rows()`` (NumPy).
-      num_steps: T, the rollout's length.
+      row: name -> value of one row of ``EpisodeRecord.rows()`` (NumPy; ``ends/*``
+        over the rollout's T steps).
     Returns:
       one dict per episode: ``start_step``, ``end_step``, ``scenario_id``, ``finished``,
       the counts (``ego_agents``, ...), and the ``TRIAL_FIELDS`` as lists.
@@ -250,7 +250,7 @@ def episode_spans(row: dict, num_steps: int) -> list[dict]:
              **{f: np.asarray(row[f]).tolist() for f in TRIAL_FIELDS}}
     out = [first]
     start = first["end_step"]
-    done = np.asarray(row["ends/done"])[:num_steps]
+    done = np.asarray(row["ends/done"])
     # A counted episode that ``should_stop`` ended before the env did goes on in the env
     # until its next episode end: the later records start after that one.
     skip = first["finished"] and start > 0 and not done[start - 1]
