@@ -55,18 +55,26 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdrive.agents.actors import Actor, policy_actor
 from jaxdrive.env import Env, EnvConfig, episode_steps
-from jaxdrive.eval.rollout import OUTCOMES, make_episode_rollout, outcome
+from jaxdrive.eval.rollout import (
+    OUTCOMES,
+    TRIAL_FIELDS,
+    episode_spans,
+    make_episode_rollout,
+    outcome,
+    reset_keys,
+)
 from jaxdrive.eval.shards import Shard
 from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec
 from jaxdrive.files import UnsafeNameError, confined, safe_name
 from jaxdrive.metrics.episode import rates as episode_rates
 from jaxdrive.metrics.registry import Metric, episode_metrics
-from jaxdrive.metrics.trials import adaptation_metrics
+from jaxdrive.metrics.trials import TRIAL_COUNTERS, TrialTotals, episode_trial_scores
 from jaxdrive.parallel import to_global
-from jaxdrive.render.record import Recorder, VideoConfig, record
+from jaxdrive.render.record import Recorder, VideoConfig, record, replay_actor
 from jaxdrive.render.video import VideoSink
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import generate_batch
+from jaxdrive.sim.trials import TrialStats
 from jaxdrive.types import Scenario
 
 
@@ -79,9 +87,16 @@ class EvalResult:
       status: ``ok`` or ``failed`` (then ``error`` holds the reason and traceback).
       metrics: name -> float.
       per_scenario: name -> list over scenarios (same order as ``scenario_ids``).
-      episodes: one record per played episode (actor, env index, scenario id, start and
-        end step, outcome, counts).
-      videos: paths of the rendered mp4s.
+      episodes: one record per episode (actor, rollout, env index, batch, scenario id,
+        start and end step, outcome, counts): each env's counted episode (start step 0;
+        the metrics count these) and every later episode the env completed within the
+        rollout (auto-reset to a pool scenario drawn by the env; not in the metrics).
+      trials: in trial mode, one entry per completed episode of ``episodes`` (same keys
+        as its record, less the counts) with its trials' outcomes: ``trial_score`` (share
+        of ego agents that reached their goal in trial k), ``trial_length``,
+        ``trial_timed_out``, ``trial_goal_reached`` (lists over the K trials).
+      videos: paths of the rendered mp4s, env by env (each env's views together, in
+        ``render.views`` order), the envs in rendered order.
       eval_seconds: wall time of the evaluation (compile included on the first call);
       compile_seconds: time spent compiling in this call.
       config: the resolved evaluator section.
@@ -96,6 +111,7 @@ class EvalResult:
     metrics: dict[str, float] = field(default_factory=dict)
     per_scenario: dict[str, list] = field(default_factory=dict)
     episodes: list[dict] = field(default_factory=list)
+    trials: list[dict] = field(default_factory=list)
     videos: list[str] = field(default_factory=list)
     eval_seconds: float = 0.0
     compile_seconds: float = 0.0
@@ -104,36 +120,49 @@ class EvalResult:
     shard: dict | None = None
 
     def to_dict(self) -> dict:
-        """Every field by name, as a dict (``shard`` only in a shard's result)."""
+        """Every field by name, as a dict (``shard`` only in a shard's result, ``trials``
+        only when there are any)."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__
-                if k != "shard" or self.shard is not None}
+                if (k != "shard" or self.shard is not None) and (k != "trials" or self.trials)}
 
     def records(self) -> list[dict]:
         """The per-episode records with the evaluator's name (for a DataFrame)."""
         return [{"evaluator": self.name, **e} for e in self.episodes]
 
 
-def _rate(num: np.ndarray, den: np.ndarray) -> float:
-    d = float(np.sum(den))
-    return float(np.sum(num)) / d if d > 0 else 0.0
+def trial_totals(rows: dict[str, np.ndarray]) -> TrialTotals:
+    """``TrialTotals`` (on device, one compiled call) of the completed counted episodes
+    of fetched ``EpisodeRecord`` rows (valid entries; ``finished`` selects)."""
+    return _trial_totals(*(np.asarray(rows[f]) for f in (*TRIAL_FIELDS, "ego_agents",
+                                                          "finished")))
 
 
-def trial_scores(rows: dict[str, np.ndarray]) -> list[float]:
-    """Per-trial scores pooled over scenarios: ego agents that reached their goal in
-    trial k over ego agent-episodes."""
-    return [_rate(rows["trial_reached"][:, k], rows["ego_agents"])
-            for k in range(rows["trial_reached"].shape[1])]
+@jax.jit
+def _trial_totals(reached, length, timed_out, goal_reached, ego_agents, finished):
+    stats = TrialStats(ego_reached=reached, co_reached=jnp.zeros_like(reached),
+                       length=length, timed_out=timed_out, goal_reached=goal_reached,
+                       num_ego=ego_agents.astype(jnp.int32),
+                       num_co=jnp.zeros(reached.shape[:1], jnp.int32))
+    return TrialTotals.zeros(reached.shape[1]).update(finished, stats)
 
 
-def base_metrics(rows: dict[str, np.ndarray], metrics: tuple[Metric, ...]) -> dict[str, float]:
+def base_metrics(rows: dict[str, np.ndarray], metrics: tuple[Metric, ...],
+                 trial_counters: bool = False) -> dict[str, float]:
     """Rates over ego agent-episodes of the played scenarios (``rows``: fetched
     ``EpisodeRecord`` rows of the valid entries), one per registered episode metric plus
     ``episode_return`` / ``episode_length``; in trial mode also ``trial_{k}_score``
-    (pooled over scenarios) and ``ada_delta_trial_{k}_minus_0``."""
+    (pooled over the completed episodes) and ``ada_delta_trial_{k}_minus_0``, and with
+    ``trial_counters`` ``trial_episodes`` and the ``TRIAL_COUNTERS``, all reduced by
+    ``TrialTotals``."""
     ego = rows["ego_agents"]
     trials = {}
     if rows["trial_reached"].shape[1] > 1:
-        trials = adaptation_metrics(trial_scores(rows))
+        totals = jax.device_get(jax.jit(TrialTotals.metrics)(trial_totals(rows)))
+        names = [n for n in totals if n.startswith(("trial_", "ada_delta_"))
+                 and n not in TRIAL_COUNTERS and n != "trial_episodes"]
+        if trial_counters:
+            names += ["trial_episodes", *TRIAL_COUNTERS]
+        trials = {n: float(totals[n]) for n in names}
     n = float(np.sum(ego))
     return {**trials, **episode_rates(rows, n, metrics),
         "agent_episodes": n,
@@ -333,7 +362,13 @@ class Evaluator:
         r = rows[next(iter(rows))]
         names = [m.count for m in episode_metrics(self._setup["env"].metrics)]
         per = {k: r[k].tolist() for k in (*names, "ego_agents")}
-        return base_metrics(r, self._setup["env"].metrics), per
+        return self.base_metrics(r), per
+
+    def base_metrics(self, rows: dict[str, np.ndarray]) -> dict[str, float]:
+        """``base_metrics`` of one actor's fetched rows under this evaluator's env (the
+        trial counters when ``trial_counters`` is set)."""
+        return base_metrics(rows, self._setup["env"].metrics,
+                            trial_counters=bool(self.config.trial_counters))
 
     # ------------------------------------------------------------------ driver
     def _build(self, policy, pools: PoolCache | None = None) -> dict:
@@ -366,15 +401,20 @@ class Evaluator:
         hook = self.step_hook(env)
         steps = self.num_steps(env)
         runs = {}
-        for actor_name, actor in self.actors(env, policy).items():
+        # The rendered (first) actor's rollout also hands out the actions of the rows
+        # its videos show, so that they replay exactly the recorded episodes.
+        keep = min(self.spec.render.num_scenarios, batch) if self.spec.render.enabled else 0
+        for n, (actor_name, actor) in enumerate(self.actors(env, policy).items()):
             fn = make_episode_rollout(env, actor, steps, *(hook or (None, None)),
-                                      should_stop=self.should_stop(env))
+                                      should_stop=self.should_stop(env),
+                                      keep_actions=keep if n == 0 else 0)
             runs[actor_name] = jax.jit(fn)
         # Compiled once, at the first batch (ahead of time: its compile time is measured).
         compiled: dict = {}
         self._setup = dict(env=env, env_params=env_params, ids=ids, batch=batch,
                            rows=rows, replicated=replicated, runs=runs, compiled=compiled,
-                           steps=steps, local_env_params=local_env_params)
+                           steps=steps, local_env_params=local_env_params, keep=keep,
+                           rendered=np.zeros((0,), np.int64), kept={})
         self._setup_key = key
         return self._setup
 
@@ -419,6 +459,7 @@ class Evaluator:
     def _evaluate(self, policy, params, result: EvalResult, out_dir, step, progress, pools,
                   shard: Shard | None = None):
         s = self._build(policy, pools)
+        s["rendered"], s["kept"] = self.rendered_positions(step), {}
         total = self.num_batches() * self.num_rollouts()
         indices = range(total) if shard is None else shard.batches(total)
         fetched: dict[str, list] = {name: [] for name in s["runs"]}
@@ -440,6 +481,21 @@ class Evaluator:
             # Process 0 of a job renders alone: on its local parameters.
             result.videos = self._render(policy, params if _multi_process() else placed,
                                          out_dir, step)
+
+    def rendered_positions(self, step: int) -> np.ndarray:
+        """(n,) positions in ``scenario_ids`` of the scenarios the videos show (first
+        rollout): the first ``render.num_scenarios`` or, with ``render.seed``, as many
+        drawn with (seed, ``step``), so that each evaluation shows other scenes. Empty
+        when rendering is off (after ``_build``)."""
+        r = self.spec.render
+        if not r.enabled:
+            return np.zeros((0,), np.int64)
+        total = len(self._setup["ids"])
+        n = min(r.num_scenarios, total)
+        if r.seed is None:
+            return np.arange(n)
+        rng = np.random.default_rng([int(r.seed), int(step)])
+        return np.sort(rng.choice(total, size=n, replace=False))
 
     def num_batches(self) -> int:
         """Batches one rollout of the scenario set takes (after ``_build``)."""
@@ -463,11 +519,23 @@ class Evaluator:
         else:
             args = (params, s["env_params"], jax.device_put(padded, s["rows"]),
                     jax.device_put(valid, s["rows"]), jax.random.fold_in(key, i))
+        keep = s["keep"] if name == next(iter(s["runs"])) else 0
+        shown = [int(j) for j in s["rendered"] if i < self.num_batches() and j // batch == b]
+        if keep:  # the rows whose actions the videos replay (padded with row 0)
+            rows = np.zeros((keep,), np.int32)
+            rows[:len(shown)] = [j % batch for j in shown]
+            args = args + (to_global(rows, s["replicated"]) if _multi_process()
+                           else jax.device_put(rows, s["replicated"]),)
         if name not in s["compiled"]:
             tc = time.perf_counter()
             s["compiled"][name] = s["runs"][name].lower(*args).compile()
             result.compile_seconds += time.perf_counter() - tc
-        record, extra = _fetch(s["compiled"][name](*args))
+        out = _fetch(s["compiled"][name](*args))
+        record, extra = out[:2]
+        if keep and shown:
+            keys = jax.random.key_data(reset_keys(jax.random.fold_in(key, i), batch)[0])
+            for m, j in enumerate(shown):
+                s["kept"][j] = (out[2][m], np.asarray(keys[j % batch]))
         return record.rows(), extra
 
     def finish(self, result: EvalResult, fetched: dict[str, list],
@@ -485,7 +553,7 @@ class Evaluator:
             ex = [b[1] for b in batches]
             extras[name] = None if ex[0] is None else jax.tree.map(
                 lambda *xs, valid=valid: np.concatenate(xs)[valid], *ex)
-            result.episodes.extend(self._episodes(name, rows[name]))
+            result.episodes.extend(self._episodes(name, rows[name], trials=result.trials))
         ids = self._setup["ids"]
         rollouts = self.num_rollouts() if rollouts is None else rollouts
         result.metrics, result.per_scenario = self.aggregate(rows, extras)
@@ -509,7 +577,7 @@ class Evaluator:
                 kept = {f: v[valid] for f, v in rows.items() if f != "valid"}
                 r, b = divmod(i, nb)
                 j = r * per_rollout + b * batch + np.flatnonzero(valid)
-                result.episodes.extend(self._episodes(name, kept, j))
+                result.episodes.extend(self._episodes(name, kept, j, trials=result.trials))
                 actors[name].append({"index": i, "rows": encode_tree(rows),
                                      "extra": encode_tree(extra)})
         result.shard = {"ids": [int(i) for i in s["ids"]], "batch": batch,
@@ -517,44 +585,74 @@ class Evaluator:
                         "indices": list(indices), "actors": actors}
 
     def _episodes(self, actor_name: str, rows: dict[str, np.ndarray],
-                  positions: np.ndarray | None = None) -> list[dict]:
-        """Records of ``rows`` (valid rows only); ``positions``: each row's place among the
-        serial run's valid rows of this actor (default 0, 1, ...)."""
+                  positions: np.ndarray | None = None,
+                  trials: list[dict] | None = None) -> list[dict]:
+        """Records of ``rows`` (valid rows only): each row's counted episode, then the
+        later ones its env completed (``episode_spans``); ``positions``: each row's place
+        among the serial run's valid rows of this actor (default 0, 1, ...). In trial
+        mode, each completed episode's trial outcomes are appended to ``trials``."""
         out = []
         batch = self._setup["batch"]
         per_rollout = len(self._setup["ids"])
+        counts = [m.count for m in episode_metrics(self._setup["env"].metrics)]
+        trial_mode = self._setup["env"].trial_mode
+        pending = []
         for n in range(len(rows["scenario_id"])):
             j = n if positions is None else int(positions[n])
-            row = {k: v[n].item() if v[n].ndim == 0 else v[n].tolist() for k, v in rows.items()
-                   if k not in ("trial_reached", "trial_length")}
             r, k = divmod(j, per_rollout)
-            rec = {"actor": actor_name, "rollout": r, "env_index": k % batch,
-                   "batch": k // batch,
-                   "scenario_id": row["scenario_id"], "start_step": 0,
-                   "end_step": row["end_step"], "outcome": outcome(row),
-                   "ego_agents": row["ego_agents"],
-                   **{m.count: row[m.count] for m in episode_metrics(self._setup["env"].metrics)},
-                   "return": row["return_sum"]}
-            assert rec["outcome"] in OUTCOMES
-            out.append(rec)
+            row = {f: v[n] for f, v in rows.items()}
+            for span in episode_spans(row):
+                py = {f: _python(v) for f, v in span.items()}
+                head = {"actor": actor_name, "rollout": r, "env_index": k % batch,
+                        "batch": k // batch, "scenario_id": py["scenario_id"],
+                        "start_step": py["start_step"], "end_step": py["end_step"]}
+                rec = {**head, "outcome": outcome(py), "ego_agents": py["ego_agents"],
+                       **{c: py[c] for c in counts}, "return": py["return_sum"]}
+                assert rec["outcome"] in OUTCOMES
+                out.append(rec)
+                if trial_mode and trials is not None and py["finished"]:
+                    pending.append((head, py))
+        if pending:
+            scores = np.asarray(episode_trial_scores(
+                np.array([p["trial_reached"] for _, p in pending], np.int32),
+                np.array([p["ego_agents"] for _, p in pending], np.int32)))
+            for (head, py), score in zip(pending, scores, strict=True):
+                trials.append({**head, "ego_agents": py["ego_agents"],
+                               "trial_score": score.tolist(),
+                               **{f: py[f] for f in TRIAL_FIELDS if f != "trial_reached"}})
         return out
 
     def _render(self, policy, params, out_dir, step) -> list[str]:
+        """Videos of the rendered rows: their recorded actions replayed from their reset
+        keys (``replay_actor``), so each video shows exactly the episodes its env's
+        records describe; at most the rollout's ``T + 1`` frames."""
+        del policy, params  # the recorded actions drive the replay
         s = self._setup
         r = self.spec.render
-        ids = s["ids"][: r.num_scenarios]
+        order = [int(j) for j in s["rendered"] if int(j) in s["kept"]]
+        if not order:
+            return []
+        ids = s["ids"][order]
         env = s["env"]
-        if "recorder" not in s:
+        if s.get("recorder") is None or s["recorder"].config.num_envs != len(ids):
             video = VideoConfig(num_envs=len(ids), num_steps=r.steps, views=r.views,
                                 width=r.width, height=r.height)
-            actor = next(iter(self.actors(env, policy).values()))
-            s["recorder"] = Recorder(env, actor, video)
+            s["recorder"] = Recorder(env, replay_actor(env), video)
         recorder = s["recorder"]
-        frames = r.steps or episode_steps(env)
+        frames = min(r.steps or episode_steps(env), s["steps"] + 1)
+        actions = jnp.asarray(np.stack([s["kept"][j][0] for j in order]))
+        keys = jax.random.wrap_key_data(jnp.asarray(np.stack([s["kept"][j][1]
+                                                              for j in order])))
         # In a multi-process job process 0 renders alone, on its local copies.
         env_params = s["local_env_params"] if _multi_process() else s["env_params"]
         with VideoSink(recorder, self.output_dir(out_dir), "render", step,
                        env_indices=[int(i) for i in ids]) as sink:
-            record(recorder, params, env_params, ids, frames, sink,
-                   jax.random.key(self.spec.seed))
-        return [str(p) for p in sink.paths.values()]
+            record(recorder, actions, env_params, ids, frames, sink,
+                   jax.random.key(self.spec.seed), reset_keys=keys)
+        return [str(sink.paths[(int(i), v)]) for i in ids for v in r.views]
+
+
+def _python(value):
+    """A NumPy scalar or array as a Python scalar or (nested) list."""
+    a = np.asarray(value)
+    return a.item() if a.ndim == 0 else a.tolist()

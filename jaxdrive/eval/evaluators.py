@@ -37,10 +37,11 @@ from jaxdrive.data.shards import read_manifest
 from jaxdrive.data.subsets import subset_ids
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.eval import planning as pl
-from jaxdrive.eval.evaluator import Evaluator, base_metrics
+from jaxdrive.eval.evaluator import Evaluator
 from jaxdrive.eval.planning import PlanningConfig
 from jaxdrive.eval.realism import Realism
 from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec, as_written, set_floats
+from jaxdrive.metrics.trials import episode_trial_scores, masked_mean_std
 
 # ------------------------------------------------------------------ the registry
 EVALUATORS: dict[str, type[Evaluator]] = {}
@@ -179,13 +180,32 @@ class BehaviorClass(Evaluator):
         return self._class_rows
 
 
-def _mean_ci(x: np.ndarray, confidence: float) -> tuple[float, float]:
-    """Mean and half-width of a normal-approximation confidence interval."""
-    if len(x) == 0:
-        return 0.0, float("nan")
-    z = math.sqrt(2.0) * _erfinv(confidence)
-    sd = float(np.std(x, ddof=1)) if len(x) > 1 else float("nan")
-    return float(np.mean(x)), z * sd / math.sqrt(len(x))
+def _z(confidence: float) -> float:
+    """Two-sided normal quantile of a ``confidence`` interval."""
+    return math.sqrt(2.0) * _erfinv(confidence)
+
+
+@jax.jit
+def _trial_reduce(memory: tuple, control: tuple) -> dict:
+    """Per-scenario trial scores and deltas of both actors and their summaries, on
+    device. ``memory``, ``control``: (trial_reached (S, K) int32, ego_agents (S,)).
+
+    Returns: ``scores`` (2, S, K), the count / mean / sample standard deviation over the
+    scenarios with ego agents of each actor's deltas (``delta_*``: (2,), (2, K-1)) and of
+    the memory gain (memory's delta minus the control's; ``gain_*``: (), (K-1,))."""
+    scores, deltas = [], []
+    for reached, ego in (memory, control):
+        sc = episode_trial_scores(reached, ego)
+        scores.append(sc)
+        deltas.append(sc[:, 1:] - sc[:, :1])
+    scored = memory[1] > 0
+    stats = [masked_mean_std(d, scored) for d in deltas]
+    gain = masked_mean_std(deltas[0] - deltas[1], scored)
+    return {"scores": jnp.stack(scores),
+            "delta_n": jnp.stack([x[0] for x in stats]),
+            "delta_mean": jnp.stack([x[1] for x in stats]),
+            "delta_std": jnp.stack([x[2] for x in stats]),
+            "gain_n": gain[0], "gain_mean": gain[1], "gain_std": gain[2]}
 
 
 def _erfinv(y: float) -> float:
@@ -259,38 +279,36 @@ class Adaptation(Evaluator):
         """Base metrics of both actors (the control's prefixed ``control/``), per-scenario
         trial scores, ``ada_delta_trial_{k}_minus_0`` over scenarios with ego agents and
         ``memory_gain_trial_{k}`` (memory's delta minus the control's), each with its
-        confidence interval."""
-        conf = float(self.config.confidence)
+        confidence interval. Scores, deltas and their means and deviations are reduced
+        on device (``_trial_reduce``); the host adds the interval's half-width."""
+        z = _z(float(self.config.confidence))
         metrics: dict[str, float] = {}
         per: dict[str, list] = {}
-        deltas = {}
-        for actor, prefix in (("memory", ""), ("no_memory", "control/")):
+        inputs = [(rows[a]["trial_reached"], rows[a]["ego_agents"])
+                  for a in ("memory", "no_memory")]
+        red = jax.device_get(_trial_reduce(*inputs))
+
+        def interval(name, n, mean, std):
+            half = z * float(std) / math.sqrt(float(n)) if n > 0 else float("nan")
+            metrics[name] = float(mean)
+            metrics[f"{name}_ci_low"] = float(mean) - half
+            metrics[f"{name}_ci_high"] = float(mean) + half
+
+        for i, (actor, prefix) in enumerate((("memory", ""), ("no_memory", "control/"))):
             r = rows[actor]
-            ego = np.maximum(r["ego_agents"], 1)[:, None]
-            scores = r["trial_reached"] / ego  # (S, K) per scenario
-            scored = r["ego_agents"] > 0
-            scores = scores[scored]
             # Pooled trial scores come with the base metrics; per scenario here.
-            for key, value in base_metrics(r, self._setup["env"].metrics).items():
+            for key, value in self.base_metrics(r).items():
                 metrics[f"{prefix}{key}"] = value
-            k_trials = scores.shape[1]
-            for k in range(k_trials):
-                per[f"{prefix}trial_{k}_score"] = (r["trial_reached"][:, k] / ego[:, 0]).tolist()
-            for k in range(1, k_trials):
-                d = scores[:, k] - scores[:, 0]
-                mean, half = _mean_ci(d, conf)
-                name = f"{prefix}ada_delta_trial_{k}_minus_0"
-                metrics[name] = mean
-                metrics[f"{name}_ci_low"] = mean - half
-                metrics[f"{name}_ci_high"] = mean + half
-                deltas[(actor, k)] = d
-            metrics[f"{prefix}scenarios_scored"] = float(np.sum(scored))
-        for k in range(1, rows["memory"]["trial_reached"].shape[1]):
-            gain = deltas[("memory", k)] - deltas[("no_memory", k)]
-            mean, half = _mean_ci(gain, conf)
-            metrics[f"memory_gain_trial_{k}"] = mean
-            metrics[f"memory_gain_trial_{k}_ci_low"] = mean - half
-            metrics[f"memory_gain_trial_{k}_ci_high"] = mean + half
+            scores = red["scores"][i]
+            for k in range(scores.shape[1]):
+                per[f"{prefix}trial_{k}_score"] = scores[:, k].tolist()
+            for k in range(1, scores.shape[1]):
+                interval(f"{prefix}ada_delta_trial_{k}_minus_0", red["delta_n"][i],
+                         red["delta_mean"][i, k - 1], red["delta_std"][i, k - 1])
+            metrics[f"{prefix}scenarios_scored"] = float(np.sum(r["ego_agents"] > 0))
+        for k in range(1, red["scores"].shape[2]):
+            interval(f"memory_gain_trial_{k}", red["gain_n"], red["gain_mean"][k - 1],
+                     red["gain_std"][k - 1])
         return metrics, per
 
 
@@ -359,7 +377,7 @@ class Planning(Evaluator):
         """Base metrics, each planning term's mean over scored scenarios (``total`` as
         ``score``) and ``scored_scenarios``; the terms per scenario."""
         r = rows["policy"]
-        metrics = base_metrics(r, self._setup["env"].metrics)
+        metrics = self.base_metrics(r)
         terms = extras["policy"]
         scored = terms["scored_agents"] > 0
         per = {k: v.tolist() for k, v in terms.items()}

@@ -43,6 +43,7 @@ from jaxdrive.eval.runner import SuiteResult, check_output_names
 from jaxdrive.eval.suite import EvaluatorSpec
 from jaxdrive.files import OutputError, confined, safe_name, write_or_fallback
 from jaxdrive.runs.config import EvaluationConfig
+from jaxdrive.telemetry.writers import video_keys
 
 # The variables that make a process join a multi-process job (``jaxdrive.distributed``);
 # a child evaluator never inherits them.
@@ -169,7 +170,7 @@ class EvalManager:
                              f"{(r.error or '').splitlines()[0]}")
                 results.append(r)
                 metrics.update(result_metrics(r))
-                videos += [(f"{r.name}/render/{Path(p).parent.name}", p) for p in r.videos]
+                videos += video_keys(r.name, r.videos)
         if results:
             self._write(SuiteResult(results=results, out_dir=str(self.out_dir), step=step,
                                     checkpoint=str(self.run_dir)))
@@ -246,7 +247,6 @@ class EvalManager:
                                compile_seconds=ev["compile_seconds"], error=ev["error"])
                 metrics.update(result_metrics(r))
                 metrics[f"{ev_name}/source_step"] = float(step)
-                videos += [(f"{ev_name}/render/{Path(p).parent.name}", p)
-                           for p in ev["videos"]]
+                videos += video_keys(ev_name, ev["videos"])
         self._children = running
         return metrics, videos

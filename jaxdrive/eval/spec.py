@@ -34,6 +34,9 @@ class RenderSpec(ConfigBase):
       num_scenarios: scenarios recorded (at most the evaluator's ``num_scenarios``).
       steps: frames per video; 0 = one whole episode.
       width, height: pixels (even: the H.264 encoder needs it).
+      seed: None records the first ``num_scenarios`` scenarios at every evaluation; a
+        seed draws them from the evaluated set with (seed, step), so each evaluation
+        shows other scenes.
     """
 
     enabled: bool = False
@@ -42,9 +45,12 @@ class RenderSpec(ConfigBase):
     steps: int = 0
     width: int = 256
     height: int = 256
+    seed: int | None = None
 
     def __post_init__(self):
         check_bool("enabled", self.enabled)
+        if self.seed is not None:
+            check_int("seed", self.seed, 0, 2**31 - 1)
         if (not isinstance(self.views, tuple) or not self.views
                 or len(set(self.views)) != len(self.views)):
             raise ConfigError(f"config key 'views' = {self.views!r} must list distinct "
@@ -104,6 +110,8 @@ class EvaluatorConfig(ConfigBase):
         string is a list of one), or None for procedural scenes.
       env, procedural: the configs the evaluator runs with.
       render: videos to record (``num_scenarios`` capped at the evaluator's).
+      trial_counters: in trial mode, also report ``trial_episodes`` and the trial
+        counters (``jaxdrive.metrics.trials.TRIAL_COUNTERS``) among the metrics.
     """
 
     enabled: bool = True
@@ -119,9 +127,10 @@ class EvaluatorConfig(ConfigBase):
     env: EnvConfig = EnvConfig()
     procedural: ProceduralConfig = ProceduralConfig()
     render: RenderSpec = RenderSpec()
+    trial_counters: bool = False
 
     def __post_init__(self):
-        for name in ("enabled", "clean", "deterministic"):
+        for name in ("enabled", "clean", "deterministic", "trial_counters"):
             check_bool(name, getattr(self, name))
         check_int("interval", self.interval, 0)
         # JAX keys hold 32-bit seeds; a larger one would be silently truncated.

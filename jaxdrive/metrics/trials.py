@@ -1,5 +1,11 @@
 """On-device reduction of multi-trial episodes' ``TrialStats`` into adaptation metrics
-(see ``jaxdrive.sim.trials`` for the definitions)."""
+(see ``jaxdrive.sim.trials`` for the definitions).
+
+``TrialTotals`` sums episodes' records; its ``counters`` (``TRIAL_COUNTERS``) are what the
+training logs and trial-mode evaluators report, ``metrics`` adds the per-trial scores.
+``episode_trial_scores`` and ``masked_mean_std`` are the per-episode (per-scenario) side
+the adaptation evaluator reduces on device.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.sim.trials import TrialStats
+
+# Per completed episode: trials ended, trials that ended with every controlled agent at
+# its goal, trials cut by the timeout; and the mean trial length in steps.
+TRIAL_COUNTERS = ("trials_completed", "trials_goal_reached", "trials_timed_out",
+                  "trial_mean_length")
 
 
 @struct.dataclass
@@ -33,7 +44,6 @@ class TrialTotals:
 
     @classmethod
     def zeros(cls, num_trials: int) -> TrialTotals:
-        # Distinct buffers, so that the totals can be donated to a jitted rollout.
         """Zero totals for ``num_trials`` trials per episode (distinct buffers, so
         donatable)."""
         s = lambda: jnp.zeros((), jnp.float32)
@@ -75,17 +85,48 @@ class TrialTotals:
         k_trials = self.num_trials
         ego = jnp.maximum(self.ego_agents, 1.0)
         co = jnp.maximum(self.co_agents, 1.0)
-        eps = jnp.maximum(self.episodes, 1.0)
         scores = self.ego_reached / ego
         out = adaptation_metrics([scores[k] for k in range(k_trials)])
         for k in range(k_trials):
             out[f"co_player_trial_{k}_score"] = self.co_reached[k] / co
-        out["trial_episodes"] = self.episodes
-        out["trials_completed"] = self.trials_completed / eps
-        out["trials_goal_reached"] = self.trials_goal_reached / eps
-        out["trials_timed_out"] = self.trials_timed_out / eps
-        out["trial_mean_length"] = self.trial_length_sum / jnp.maximum(self.trials_completed, 1.0)
-        return out
+        return {**out, **self.counters()}
+
+    def counters(self) -> dict[str, jax.Array]:
+        """``trial_episodes`` and the ``TRIAL_COUNTERS`` as () float32 (jittable): counts
+        per completed episode, the mean length per completed trial; 0 before any
+        episode completed."""
+        eps = jnp.maximum(self.episodes, 1.0)
+        return {
+            "trial_episodes": self.episodes,
+            "trials_completed": self.trials_completed / eps,
+            "trials_goal_reached": self.trials_goal_reached / eps,
+            "trials_timed_out": self.trials_timed_out / eps,
+            "trial_mean_length": self.trial_length_sum / jnp.maximum(self.trials_completed,
+                                                                     1.0),
+        }
+
+    def __add__(self, other: TrialTotals) -> TrialTotals:
+        """Field-wise sum (totals of disjoint sets of episodes, e.g. two batches)."""
+        return jax.tree.map(jnp.add, self, other)
+
+
+def episode_trial_scores(ego_reached: jax.Array, num_ego: jax.Array) -> jax.Array:
+    """(..., K) float32 share of an episode's ego agents that reached their goal in each
+    trial, from ``ego_reached`` (..., K) and ``num_ego`` (...) (0 without ego agents)."""
+    den = jnp.maximum(num_ego, 1).astype(jnp.float32)[..., None]
+    return ego_reached.astype(jnp.float32) / den
+
+
+def masked_mean_std(x: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Count, mean and sample standard deviation (ddof 1) over the rows of ``x`` (S, ...)
+    where ``mask`` (S,) holds (jittable). Returns ((), (...), (...)) float32: mean 0 over
+    no row, standard deviation NaN over fewer than two."""
+    m = mask.astype(jnp.float32).reshape(mask.shape + (1,) * (x.ndim - 1))
+    n = jnp.sum(mask.astype(jnp.float32))
+    mean = jnp.sum(x * m, axis=0) / jnp.maximum(n, 1.0)
+    var = jnp.sum(jnp.square(x - mean) * m, axis=0) / jnp.maximum(n - 1.0, 1.0)
+    std = jnp.where(n > 1, jnp.sqrt(var), jnp.nan)
+    return n, mean, std
 
 
 def adaptation_metrics(scores) -> dict:

@@ -7,6 +7,11 @@ frames is out, handing each chunk to a sink (video encoders, a PNG grabber), so 
 holds at most one chunk of frames however long the episode. Frame ``i`` shows the state
 after ``i`` steps: frame index = step index; traffic lights show their state at that
 state's log step (``init_step + trial_step``, so they rewind with a trial restart).
+
+A recording can also replay a rollout recorded elsewhere (an evaluator's): started from
+that rollout's reset keys (``record(..., reset_keys=...)``) and driven by
+``replay_actor`` with its actions as the parameters, it shows exactly the same
+episodes (the env's own randomness, auto-resets included, comes from the reset keys).
 """
 
 from __future__ import annotations
@@ -125,8 +130,9 @@ class RecordCarry:
 class Recorder:
     """Compiled recording of ``num_envs`` environments (see the module doc).
 
-    ``start(params, env_params, scenario_ids, key)`` resets env ``b`` to pool scenario
-    ``scenario_ids[b]``; ``chunk(params, env_params, carry)`` returns the next carry,
+    ``start(params, env_params, scenario_ids, key, reset_keys=None)`` resets env ``b``
+    to pool scenario ``scenario_ids[b]`` (with ``reset_keys[b]`` when given, else a key
+    split from ``key``); ``chunk(params, env_params, carry)`` returns the next carry,
     frames (C, B, V, H, W, 3) uint8 and a ``FrameInfo``. Each is compiled once per
     argument shapes.
     """
@@ -145,11 +151,12 @@ class Recorder:
         c = self.env.config
         return c.num_trials if c.goal_behavior == "trial" else 1
 
-    def _start(self, params, env_params: EnvParams, scenario_ids: jax.Array, key: jax.Array):
+    def _start(self, params, env_params: EnvParams, scenario_ids: jax.Array, key: jax.Array,
+               reset_keys: jax.Array | None = None):
         del params
         k_reset, k_run = jax.random.split(key)
         b = scenario_ids.shape[0]
-        keys = jax.random.split(k_reset, b)
+        keys = jax.random.split(k_reset, b) if reset_keys is None else reset_keys
         state, ts = jax.vmap(self.env.reset_to, in_axes=(None, 0, 0))(
             env_params, scenario_ids.astype(jnp.int32), keys)
         a, k = self.env.config.scenario.max_agents, max(1, self.config.trail_steps)
@@ -222,11 +229,25 @@ class Recorder:
                            trail_valid=trail_valid, key=key), outs
 
 
+def replay_actor(env: Env) -> Actor:
+    """An ``Actor`` replaying recorded actions: its parameters are the (B, T, A, ...)
+    actions, its carry the step; step t takes ``actions[:, t]`` (the last one past T)."""
+    del env
+
+    def act(actions, t, env_params, state, timestep, key):
+        del env_params, state, timestep, key
+        i = jnp.minimum(t, actions.shape[1] - 1)
+        return jax.lax.dynamic_index_in_dim(actions, i, axis=1, keepdims=False), t + 1
+
+    return Actor(init=lambda num_envs: jnp.zeros((), jnp.int32), act=act)
+
+
 Sink = Callable[[int, np.ndarray, FrameInfo], None]
 
 
 def record(recorder: Recorder, params, env_params: EnvParams, scenario_ids, num_frames: int,
-           sink: Sink, key: jax.Array, progress: Callable[[int], None] | None = None) -> int:
+           sink: Sink, key: jax.Array, progress: Callable[[int], None] | None = None,
+           reset_keys: jax.Array | None = None) -> int:
     """Run the recording and hand its frames to ``sink`` chunk by chunk.
 
     Args:
@@ -239,6 +260,8 @@ def record(recorder: Recorder, params, env_params: EnvParams, scenario_ids, num_
         host, called with consecutive chunks, ``n <= chunk_steps``.
       key: PRNG key (resets and sampled actions).
       progress: optional ``progress(frames_done)`` after each chunk.
+      reset_keys: optional (B,) PRNG keys each env is reset with (those of a rollout
+        being replayed); default: split from ``key``.
     Returns:
       the number of frames delivered (``num_frames``).
     """
@@ -248,7 +271,7 @@ def record(recorder: Recorder, params, env_params: EnvParams, scenario_ids, num_
     if ids.shape != (recorder.config.num_envs,):
         raise ConfigError(f"scenario_ids has shape {tuple(ids.shape)}, expected "
                           f"({recorder.config.num_envs},) = (video num_envs,).")
-    carry = recorder.start(params, env_params, ids, key)
+    carry = recorder.start(params, env_params, ids, key, reset_keys)
     done = 0
     while done < num_frames:
         carry, (frames, info) = recorder.chunk(params, env_params, carry)

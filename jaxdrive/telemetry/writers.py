@@ -2,7 +2,8 @@
 
 Writers take ``(step, metrics)`` with ``step`` the total agent-steps so far and plain
 host values (python, NumPy or 0-d JAX scalars, after one ``device_get`` per chunk).
-They never run inside jit. ``Writers`` fans one call out to several of them.
+They never run inside jit. ``Writers`` fans one call out to several of them;
+``video_keys`` names evaluation videos for wandb, one key per env and view.
 """
 
 from __future__ import annotations
@@ -55,6 +56,22 @@ def format_metric(value: Any) -> str:
             return f"{value:,.0f}"
         return f"{value:.4g}"
     return str(value)
+
+
+def video_keys(producer: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+    """``(wandb key, path)`` for one producer's videos listed env by env (each env's views
+    together, as an evaluator lists them): ``video/PRODUCER/VIEW/env_{i}``, ``i`` the
+    env's place among that view's videos, so that every env's video has its own key
+    (one key per view would keep only the last env's) and an env keeps its key from one
+    evaluation to the next. ``VIEW`` is the video's directory name."""
+    seen: dict[str, int] = {}
+    out = []
+    for path in paths:
+        view = Path(path).parent.name
+        i = seen.get(view, 0)
+        seen[view] = i + 1
+        out.append((f"video/{producer}/{view}/env_{i}", path))
+    return out
 
 
 def _format_duration(seconds: float | None) -> str:

@@ -14,6 +14,9 @@ A step is *valid* (trained on) when the agent acts on it, is controlled by the l
 (ego role) and is not removed; everything else is masked in every loss term and
 statistic (``jaxdrive.train.losses``). Episode metrics are per-agent EMAs
 (``jaxdrive.telemetry.ema``) over ego agent-episodes; per-trial scores are per-env EMAs.
+With ``trial_counters`` (the training run's logs), trial mode also reports the trial
+counters of the iteration's completed episodes (``TrialTotals.counters``, NaN when none
+completed).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
 from jaxdrive.metrics.episode import report_values
 from jaxdrive.metrics.registry import report_names
-from jaxdrive.metrics.trials import adaptation_metrics
+from jaxdrive.metrics.trials import TrialTotals, adaptation_metrics
 from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
 from jaxdrive.parallel import along, check_divisible, constrain, replicated, rows_split
@@ -116,11 +119,14 @@ class PPO:
         drawn from all rows, as on one device: after the rollout the (N, T) batch is
         gathered onto every device once, each device takes its part of every
         minibatch, and gradients and loss statistics are summed across the mesh.
+      trial_counters: in trial mode, add ``train/trial_episodes`` and
+        ``train/{TRIAL_COUNTERS}`` over the iteration's completed episodes to the metrics.
     """
 
     def __init__(self, config: RunConfig, env: Env, policy: Policy, co_players=(),
-                 mesh=None):
+                 mesh=None, trial_counters: bool = False):
         self.config = config
+        self.trial_counters = trial_counters
         self.mesh = mesh
         self.env = env
         self.policy = policy
@@ -237,8 +243,13 @@ class PPO:
         return obs, first, removed, out, action, logp, cache, co_caches
 
     def _rollout(self, state: TrainState, env_params: EnvParams):
+        """``(state, traj, completed)`` of ``_rollout_totals`` (its trial totals left out)."""
+        return self._rollout_totals(state, env_params)[:3]
+
+    def _rollout_totals(self, state: TrainState, env_params: EnvParams):
         """T steps of the rollout core (``scan_rollout``), recording each row's transition
-        and folding completed episodes into the EMA statistics."""
+        and folding completed episodes into the EMA statistics; with ``trial_counters``
+        in trial mode also the ``TrialTotals`` of the completed episodes (else None)."""
         params = state.params
         b, a = self.num_envs, self.num_agents
 
@@ -263,12 +274,14 @@ class PPO:
             ep_ema, tr_ema, completed = self._update_stats(ep_ema, tr_ema, nts)
             redraw = self._draw_members(k_member)
             co_member = jnp.where(nts.info.episode_done, redraw, co_member)
-            return (cache, co_caches, co_member, ep_ema, tr_ema), (step, completed)
+            ended = (nts.info.episode_done, nts.info.trials) if counters else None
+            return (cache, co_caches, co_member, ep_ema, tr_ema), (step, completed, ended)
 
+        counters = self.trial_counters and self.trial_mode
         key, k_roll = jax.random.split(state.key)
         carry = (state.cache, state.co_caches, state.co_member, state.episode_ema,
                  state.trial_ema)
-        env_state, ts, carry, (traj, completed) = scan_rollout(
+        env_state, ts, carry, (traj, completed, ended) = scan_rollout(
             self.env, env_params, act, state.env_state, state.timestep, carry,
             jax.random.split(k_roll, self.config.train.rollout_steps), record=record,
             step_batch=self.env_step)
@@ -277,7 +290,9 @@ class PPO:
                               co_caches=co_caches, co_member=co_member, episode_ema=ep_ema,
                               trial_ema=tr_ema, key=key)
         # Summed after the scan: a sum per step would be a cross-device reduction per step.
-        return state, traj, jnp.sum(completed.astype(jnp.int32))
+        totals = None if ended is None else TrialTotals.zeros(
+            self.env.config.num_trials).update(*ended)
+        return state, traj, jnp.sum(completed.astype(jnp.int32)), totals
 
     def _update_stats(self, ep_ema, tr_ema, ts: TimeStep):
         alpha = self.config.train.ema_alpha
@@ -349,7 +364,7 @@ class PPO:
     def _train_step(self, state: TrainState, env_params: EnvParams):
         t = self.config.train
         cache0 = state.cache
-        state, traj, completed = self._rollout(state, env_params)
+        state, traj, completed, totals = self._rollout_totals(state, env_params)
         ts = state.timestep
         obs = jax.tree.map(_rows, ts.obs)
         first, removed = (_rows(x) for x in policy_inputs(ts))
@@ -372,10 +387,11 @@ class PPO:
                                                 k_update)
         state = state.replace(params=params, opt_state=opt_state, key=key,
                               iteration=state.iteration + 1)
-        return state, self._metrics(state, traj, advantages, returns, stats, completed, lr)
+        return state, self._metrics(state, traj, advantages, returns, stats, completed, lr,
+                                    totals)
 
     def _metrics(self, state, traj: Rollout, advantages, returns, stats: LossStats,
-                 completed, lr) -> dict:
+                 completed, lr, totals: TrialTotals | None = None) -> dict:
         valid = traj.valid
         var_ret = masked_mean(jnp.square(returns - masked_mean(returns, valid)), valid)
         resid = returns - traj.value
@@ -401,4 +417,9 @@ class PPO:
             scores = [trials[f"trial_{k}_score"] for k in range(self.env.config.num_trials)]
             for name, value in adaptation_metrics(scores).items():
                 out[f"train/{name}"] = value
+        if totals is not None:
+            none = totals.episodes == 0  # no completed episode in this iteration
+            for name, value in totals.counters().items():
+                out[f"train/{name}"] = value if name == "trial_episodes" else jnp.where(
+                    none, jnp.nan, value)
         return out

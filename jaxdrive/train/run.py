@@ -18,7 +18,8 @@ before it intact.
 Run directory layout::
 
     RUN_DIR/config.yaml      the resolved config (every key, defaults included)
-    RUN_DIR/metrics.jsonl    one JSON object per logged iteration
+    RUN_DIR/metrics.jsonl    one JSON object per logged iteration (in trial mode with
+                             the iteration's trial counters, train/trials_*)
     RUN_DIR/checkpoints/     last/<iteration>/ and best/<iteration>/ (orbax)
     RUN_DIR/videos/train/VIEW/stepSTEP_envENV.mp4   with ``video.every`` > 0
     RUN_DIR/eval/stepSTEP.json, RUN_DIR/eval/NAME/...  with ``evaluation.suite_file``
@@ -61,7 +62,9 @@ BEST_METRIC = "val/goal_rate"
 PARAMS_FINITE = "guard/params_finite"  # 1.0 when every parameter and optimiser value is finite
 GUARDED = ("loss/", "rollout/")  # metrics that are finite whenever training is healthy
 CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
-                "val/goal_rate", "val/collision_rate", "val/offroad_rate")
+                "val/goal_rate", "val/collision_rate", "val/offroad_rate",
+                # trial mode only (absent otherwise): per completed episode, and steps
+                "train/trials_goal_reached", "train/trial_mean_length")
 
 
 def build_env(config: RunConfig, seed: int, num_scenes: int,
@@ -377,7 +380,8 @@ class _Run:
         self.scenes = None
         self.env = Env(config.env)
         self.policy = Policy.for_env(config.policy, self.env)
-        self.ppo = PPO(config, self.env, self.policy, self.co_players, mesh=self.mesh)
+        self.ppo = PPO(config, self.env, self.policy, self.co_players, mesh=self.mesh,
+                       trial_counters=True)
         self.placement = Placement(self.ppo)
         if config.data.path:
             done = int(resume_meta["iteration"]) if resume_meta is not None else 0

@@ -22,7 +22,7 @@ def make_validator(config: RunConfig) -> Evaluator:
     v = config.validation
     section = {"type": "multi_scenario", "num_scenarios": v.num_scenes,
                "batch_size": v.num_scenes, "seed": v.seed, "deterministic": True,
-               "clean": False}
+               "clean": False, "trial_counters": True}
     if config.data.validation_path:
         section["scenarios"] = [config.data.validation_path]
     spec = load_suite_specs({"eval": {"validation": section}}, config.env,
