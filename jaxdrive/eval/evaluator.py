@@ -53,11 +53,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxdrive.agents.actors import Actor, policy_actor
+from jaxdrive.agents.actors import Actor, policy_actor, with_partners
 from jaxdrive.env import Env, EnvConfig, episode_steps
 from jaxdrive.eval.rollout import OUTCOMES, make_episode_rollout, outcome
 from jaxdrive.eval.shards import Shard
-from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec
+from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec, check_partners
 from jaxdrive.files import UnsafeNameError, confined, safe_name
 from jaxdrive.metrics.episode import rates as episode_rates
 from jaxdrive.metrics.registry import Metric, episode_metrics
@@ -65,6 +65,8 @@ from jaxdrive.metrics.trials import adaptation_metrics
 from jaxdrive.parallel import to_global
 from jaxdrive.render.record import Recorder, VideoConfig, record
 from jaxdrive.render.video import VideoSink
+from jaxdrive.runs.config import expand_co_players
+from jaxdrive.runs.load import load_policy
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.types import Scenario
@@ -250,6 +252,7 @@ class Evaluator:
         self.name = name or spec.name
         self._setup: dict | None = None
         self._setup_key = None
+        self._partners: list | None = None  # frozen co-player policies, loaded once
 
     # ------------------------------------------------------------ resolution
     @classmethod
@@ -336,6 +339,19 @@ class Evaluator:
         return base_metrics(r, self._setup["env"].metrics), per
 
     # ------------------------------------------------------------------ driver
+    def _actors(self, env: Env, policy) -> dict[str, Actor]:
+        """``actors`` with the co-player rows driven by the frozen partners of
+        ``co_players`` (loaded once per evaluator; ``with_partners``)."""
+        actors = self.actors(env, policy)
+        if not self.spec.co_players:
+            return actors
+        if self._partners is None:
+            check_partners(self.config)
+            paths = expand_co_players(self.spec.co_players, key="co_players")
+            self._partners = [(p.policy, p.params) for p in map(load_policy, paths)]
+        return {name: with_partners(env, a, self._partners, self.spec.deterministic)
+                for name, a in actors.items()}
+
     def _build(self, policy, pools: PoolCache | None = None) -> dict:
         """Env, pool, sharding and the jitted rollouts (once per policy object)."""
         key = id(policy)
@@ -366,7 +382,7 @@ class Evaluator:
         hook = self.step_hook(env)
         steps = self.num_steps(env)
         runs = {}
-        for actor_name, actor in self.actors(env, policy).items():
+        for actor_name, actor in self._actors(env, policy).items():
             fn = make_episode_rollout(env, actor, steps, *(hook or (None, None)),
                                       should_stop=self.should_stop(env))
             runs[actor_name] = jax.jit(fn)
@@ -547,7 +563,7 @@ class Evaluator:
         if "recorder" not in s:
             video = VideoConfig(num_envs=len(ids), num_steps=r.steps, views=r.views,
                                 width=r.width, height=r.height)
-            actor = next(iter(self.actors(env, policy).values()))
+            actor = next(iter(self._actors(env, policy).values()))
             s["recorder"] = Recorder(env, actor, video)
         recorder = s["recorder"]
         frames = r.steps or episode_steps(env)
