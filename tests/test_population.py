@@ -148,8 +148,8 @@ def test_population_directory_expands_to_its_members_and_bad_input_names_the_key
     (tmp_path / "runs" / "a").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"'train\.co_players\[1\]'.*population\.yaml"):
         expand_co_players([run, str(tmp_path / "runs")])
-    with pytest.raises(FileNotFoundError, match=r"'co_players\[0\]'"):
-        expand_co_players([str(tmp_path / "missing")], key="co_players")
+    missing = str(tmp_path / "missing")  # kept: load_policy names it
+    assert expand_co_players([missing], key="co_players") == (missing,)
     # An incomplete population (1 of 2 members trained) is refused.
     (tmp_path / "half").mkdir()
     write_manifest(tmp_path / "half", RunConfig.from_dict({**BASE, "population": {
@@ -216,3 +216,44 @@ def test_evaluator_with_partners_runs_and_counts_ego_agents_only(world):
     result = evaluator.run(world["policy"], world["learner"])
     assert result.status == "ok", result.error
     assert result.metrics["agent_episodes"] == 6
+
+
+def test_population_cli_bad_input_is_an_error_naming_the_key(tmp_path, capsys):
+    from jaxdrive.train import cli
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "logging": {"output_dir": str(tmp_path / "runs")},
+                                    "population": {"members": [{}, {}]}}))
+    assert cli.main(["--config", str(path)]) == 2  # 2 members listed, size 0
+    assert "population" in (err := capsys.readouterr().err) and "size" in err, err
+    assert cli.main(["--config", str(path), "--population", "0"]) == 2
+    assert "--population 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--config", str(path), "--population", "2", "--resume", str(tmp_path)])
+    assert not (tmp_path / "runs").exists()
+
+
+# Slow-marked for the CI budget (trains two one-iteration runs); its default-run siblings
+# are the manifest and expansion checks above (write_manifest, expand_co_players).
+@pytest.mark.slow
+def test_population_command_trains_members_into_a_population_directory(tmp_path, capsys):
+    from jaxdrive.train import cli
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        **BASE, "env": {**BASE["env"], "co_player_fraction": 0.0},
+        "train": {**BASE["train"], "total_steps": 96},
+        "logging": {"output_dir": str(tmp_path / "runs"), "run_name": "pop"},
+        "population": {"members": [{"env.reward.step": -0.1}]}}))
+    assert cli.main(["--config", str(path), "--population", "2"]) == 0
+    pop = tmp_path / "runs" / "pop"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(pop)
+    manifest = yaml.safe_load((pop / POPULATION_MANIFEST).read_text())
+    assert manifest["size"] == 2
+    assert [m["overrides"] for m in manifest["members"]] == [{"env.reward.step": -0.1}, {}]
+    members = expand_co_players([str(pop)])
+    assert members == (str(pop / "member_0"), str(pop / "member_1"))
+    saved = [yaml.safe_load((pop / f"member_{i}" / "config.yaml").read_text()) for i in (0, 1)]
+    assert [s["train"]["seed"] for s in saved] == [5, 6]
+    assert [s["env"]["reward"]["step"] for s in saved] == [-0.1, 0.0]
+    assert "population" not in saved[0]

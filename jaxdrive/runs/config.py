@@ -460,19 +460,17 @@ def expand_co_players(paths: Sequence[str], key: str = "train.co_players") -> tu
     directories, in manifest order (run and checkpoints directories stay).
 
     Raises:
-      FileNotFoundError, ConfigError: naming ``key[i]`` for a path that does not exist
-        or is a directory that is neither a run, checkpoints nor population directory.
+      ConfigError: naming ``key[i]`` for a directory that is neither a run, checkpoints
+        nor population directory (a path that does not exist is kept: loading it says so).
     """
     out: list[str] = []
     for i, p in enumerate(paths):
         path = Path(p)
         name = f"{key}[{i}]"
-        if not path.exists():
-            raise FileNotFoundError(f"config key '{name}' = {p!r}: no such directory (name "
-                                    "a run directory or a population directory).")
         if (path / POPULATION_MANIFEST).is_file():
             out.extend(m["run_dir"] for m in read_population(path, name))
-        elif (path / "config.yaml").is_file() or (path.parent / "config.yaml").is_file():
+        elif (not path.is_dir() or (path / "config.yaml").is_file()
+              or (path.parent / "config.yaml").is_file()):
             out.append(str(p))
         else:
             read_population(path, name)  # raises, naming the key

@@ -128,12 +128,12 @@ def _population_config(args) -> int | None:
     if args.resume:
         return None
     try:
-        config = load_run_config(args.config, parse_overrides(args.overrides))
+        overrides = parse_overrides(args.overrides)
         if args.population is not None:
             if args.population < 1:
                 raise ConfigError(f"--population {args.population}: give N >= 1 members.")
-            config = config.replace(population=config.population.replace(
-                size=args.population))
+            overrides["population.size"] = args.population
+        config = load_run_config(args.config, overrides)
         if config.population.size == 0:
             return None
         if jax.process_count() > 1:
