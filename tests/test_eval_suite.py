@@ -507,3 +507,28 @@ def test_configs_are_typed_and_the_adaptation_env_is_resolved_by_its_hook():
     # Without the loader, the config is an ordinary strict config.
     with pytest.raises(ConfigError, match="unknown config key 'classes'"):
         AdaptationConfig.from_dict({"classes": ["x"]})
+
+
+def test_command_line_set_writes_one_key_of_one_section():
+    from jaxdrive.eval.cli import apply_section_overrides
+
+    data = {"eval": {"realism": {"type": "realism", "num_rollouts": 8},
+                     "other": {"type": "multi_scenario"}}}
+    out = apply_section_overrides(data, ["realism.num_rollouts=32",
+                                         "realism.env.scenario.max_agents=128",
+                                         "realism.scenarios=[/data/a, /data/b]"])
+    # The dotted rest of the key stays one key, as a file writes it; values are YAML.
+    assert out["eval"]["realism"] == {"type": "realism", "num_rollouts": 32,
+                                      "env.scenario.max_agents": 128,
+                                      "scenarios": ["/data/a", "/data/b"]}
+    assert out["eval"]["other"] == {"type": "multi_scenario"}
+    assert data["eval"]["realism"]["num_rollouts"] == 8  # the input is left as it was
+    specs = load_suite_specs(out)
+    assert specs["realism"].config.num_rollouts == 32
+    assert specs["realism"].env.scenario.max_agents == 128
+    with pytest.raises(ConfigError, match="no section 'realsim'.*other, realism"):
+        apply_section_overrides(data, ["realsim.num_rollouts=2"])
+    with pytest.raises(ConfigError, match="SECTION.KEY=VALUE"):
+        apply_section_overrides(data, ["num_rollouts=2"])
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        apply_section_overrides(data, ["realism.num_rollouts={a: 1"])

@@ -34,7 +34,7 @@ LAYERS = (
     ("runs",),  # run config, checkpoints, load_policy
     ("eval",),  # evaluators, suites, results
     ("train",),  # PPO, the training loop
-    ("bench", "simulate", "autotune"),  # command-line edges
+    ("bench", "simulate", "autotune", "inspect"),  # command-line edges
 )
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 

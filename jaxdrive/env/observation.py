@@ -8,7 +8,9 @@ to an enum and not written here is an error, never a silent shift:
 
 - ego (``EGO_FEATURES`` = 8): speed / speed_scale, length / size_scale,
   width / size_scale, goal x / goal_scale, goal y / goal_scale,
-  goal distance / goal_scale, steer, accel / speed_scale.
+  goal distance / goal_scale, steer, accel / speed_scale. With ``goal: hidden`` the
+  three goal rows (``GOAL_FEATURES``) are 0 and no other feature reads the goal, so the
+  observation does not depend on it (the hidden-destination task, ``docs/adaptation.md``).
 - partner (``PARTNER_FEATURES`` = 10 rows of K values): x / partner_radius,
   y / partner_radius, cos and sin of relative yaw, relative velocity x and y /
   speed_scale, length / size_scale, width / size_scale, valid (1/0), ``ObjectType``.
@@ -35,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdrive import geometry
-from jaxdrive.config import ConfigBase, check_int, check_range
+from jaxdrive.config import ConfigBase, check_choice, check_int, check_range
 from jaxdrive.scenarios import road_index, signals
 from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.scenarios.road_index import PointRow
@@ -52,8 +54,12 @@ from jaxdrive.types import (
     RoadFeature,
 )
 
-__all__ = ["EGO_FEATURES", "LIGHT_FEATURES", "PARTNER_FEATURES", "ROAD_FEATURES",
-           "ObservationConfig", "observe"]
+__all__ = ["EGO_FEATURES", "GOAL_FEATURES", "GOAL_VISIBILITY", "LIGHT_FEATURES",
+           "PARTNER_FEATURES", "ROAD_FEATURES", "ObservationConfig", "observe"]
+
+GOAL_VISIBILITY = ("visible", "hidden")
+# The ego rows computed from the goal: masked to 0 under ``goal: hidden``.
+GOAL_FEATURES = (EgoFeature.GOAL_X, EgoFeature.GOAL_Y, EgoFeature.GOAL_DISTANCE)
 
 
 def _in_schema_order(schema, rows: dict) -> list:
@@ -77,6 +83,8 @@ class ObservationConfig(ConfigBase):
       partner_radius, road_radius, light_radius: metres; farther entities are masked
         out.
       speed_scale, size_scale, goal_scale: normalisers (m/s, m, m).
+      goal: ``visible``, or ``hidden``: the goal rows of the ego features are 0, so
+        nothing the policy observes depends on the goal.
     """
 
     num_partners: int = 63
@@ -88,8 +96,10 @@ class ObservationConfig(ConfigBase):
     speed_scale: float = 30.0
     size_scale: float = 10.0
     goal_scale: float = 100.0
+    goal: str = "visible"
 
     def __post_init__(self):
+        check_choice("goal", self.goal, GOAL_VISIBILITY)
         check_int("num_partners", self.num_partners, 0, 4096)
         check_int("num_road", self.num_road, 1, 100_000)
         check_int("num_lights", self.num_lights, 0, 4096)
@@ -138,15 +148,25 @@ def observe(
 
 
 def _ego_features(config, agents, length, width, goal):
-    goal_local = geometry.to_local(goal, agents.xy, agents.yaw)
-    goal_dist = jnp.linalg.norm(goal - agents.xy, axis=-1)
+    """(A, EGO_FEATURES) float32; the goal rows are 0 under ``goal: hidden``."""
+    if config.goal == "hidden":
+        # Constants, not the features times 0: nothing computed from the goal (not even
+        # a NaN or inf of a far goal) reaches the observation.
+        zero = jnp.zeros(agents.xy.shape[:1], jnp.float32)
+        goal_rows = dict.fromkeys(GOAL_FEATURES, zero)
+    else:
+        goal_local = geometry.to_local(goal, agents.xy, agents.yaw)
+        goal_dist = jnp.linalg.norm(goal - agents.xy, axis=-1)
+        goal_rows = {
+            EgoFeature.GOAL_X: goal_local[:, 0] / config.goal_scale,
+            EgoFeature.GOAL_Y: goal_local[:, 1] / config.goal_scale,
+            EgoFeature.GOAL_DISTANCE: goal_dist / config.goal_scale,
+        }
     rows = {
         EgoFeature.SPEED: agents.speed / config.speed_scale,
         EgoFeature.LENGTH: length / config.size_scale,
         EgoFeature.WIDTH: width / config.size_scale,
-        EgoFeature.GOAL_X: goal_local[:, 0] / config.goal_scale,
-        EgoFeature.GOAL_Y: goal_local[:, 1] / config.goal_scale,
-        EgoFeature.GOAL_DISTANCE: goal_dist / config.goal_scale,
+        **goal_rows,
         EgoFeature.STEER: agents.steer,
         EgoFeature.ACCEL: agents.accel / config.speed_scale,
     }

@@ -7,15 +7,17 @@
     python -m jaxdrive.eval merge SHARD_FILES... --out FILE     (the serial run's results)
 
 ``--config``: a file with ``eval:`` sections (and ``suites:``), or a preset name
-(``eval/default``: the package's copy of configs/eval/default.yaml); ``--suite``: a suite or
-evaluator name (default: every enabled evaluator). Videos and ``results.json`` go to a
-new timestamped directory under ``--output-root`` (default ``eval_runs``); ``--out``
-writes the results JSON there instead (the timestamped directory is then made only for
-videos). Every output path is checked before any evaluator runs. Exit code 0 when every
-evaluator succeeded, 1 when some failed (their records hold the errors) or when the
-results could not be written to their path (then they are saved next to it or in the
-system temp directory, and the message says where), 2 on bad input or an unwritable
-output path.
+(``eval/default``: the package's copy of configs/eval/default.yaml); ``--suite``: a
+suite or evaluator name (default: every enabled evaluator). ``--set SECTION.KEY=VALUE``
+(repeatable) sets one key of one section of that file, as if written there (``KEY`` may
+be dotted: ``--set realism.env.scenario.max_agents=128``, ``--set
+realism.scenarios=[shards/]``). Videos and ``results.json`` go to a new timestamped
+directory under ``--output-root`` (default ``eval_runs``); ``--out`` writes the results
+JSON there instead (the timestamped directory is then made only for videos). Every
+output path is checked before any evaluator runs. Exit code 0 when every evaluator
+succeeded, 1 when some failed (their records hold the errors) or when the results could
+not be written to their path (then they are saved next to it or in the system temp
+directory, and the message says where), 2 on bad input or an unwritable output path.
 
 Sharded evaluation (``jaxdrive.eval.shards``): ``--shard-id I --num-shards N`` plays only
 the batches ``I, I + N, ...`` of every evaluator and writes a shard results file
@@ -46,7 +48,13 @@ from pathlib import Path
 import jax
 import yaml
 
-from jaxdrive.config import ConfigError, list_presets, load_yaml, resolve_config_path
+from jaxdrive.config import (
+    ConfigError,
+    list_presets,
+    load_yaml,
+    resolve_config_path,
+    yaml_load,
+)
 from jaxdrive.distributed import DistributedError, ProcessGroup, detect, initialize
 from jaxdrive.eval.evaluators import make_evaluators
 from jaxdrive.eval.merge import merge_files
@@ -87,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="training run directory")
     p.add_argument("--suite", default=None, help="suite or evaluator name")
     p.add_argument("--out", default=None, metavar="FILE", help="results JSON path")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="set one key of one eval section (repeatable; VALUE is YAML), e.g. "
+                        "realism.scenarios=[/data/womd_shards]")
     p.add_argument("--which", default="best", choices=("best", "last"))
     p.add_argument("--output-root", default="eval_runs")
     p.add_argument("--no-progress", action="store_true")
@@ -111,6 +122,33 @@ def _merge_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE", help="shard results files")
     p.add_argument("--out", required=True, metavar="FILE", help="merged results JSON path")
     return p
+
+
+def apply_section_overrides(data: dict, pairs: list[str]) -> dict:
+    """``data`` (an eval config file's mapping) with each ``SECTION.KEY=VALUE`` of
+    ``pairs`` written into ``data["eval"][SECTION]`` under the key ``KEY`` (kept dotted, as
+    a file writes ``env.x: y``); the value is parsed as YAML. The input is not modified.
+
+    Raises:
+      ConfigError: naming the override, for a malformed pair, an unknown section (the
+        message lists the file's sections) or a value that is not valid YAML.
+    """
+    sections = dict(data.get("eval") or {})
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not section or not name or ".." in name:
+            raise ConfigError(f"--set {pair!r} must look like SECTION.KEY=VALUE, e.g. "
+                              "realism.num_rollouts=32.")
+        if section not in sections or not isinstance(sections[section], dict):
+            raise ConfigError(f"--set {pair!r}: the eval config has no section "
+                              f"'{section}'; its sections: {', '.join(sorted(sections))}.")
+        try:
+            value = yaml_load(raw)
+        except (yaml.YAMLError, RecursionError) as e:
+            raise ConfigError(f"--set {pair!r}: the value is not valid YAML ({e}).") from None
+        sections[section] = {**sections[section], name: value}
+    return {**data, "eval": sections}
 
 
 def _shard(args) -> Shard | None:
@@ -230,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded = _load(args.checkpoint, args.which)
         data = load_yaml(resolve_config_path(default_config(args.config, args.suite)))
+        data = apply_section_overrides(data, args.set)
         specs = select_suite(data, args.suite, loaded.config.env, loaded.config.procedural)
         evaluators = make_evaluators(specs)
         if main_process:

@@ -31,11 +31,15 @@ An object's recorded state after its episode ended early (every controlled agent
 is held at its last counted step (the env auto-resets, those steps are not counted).
 
 Actors (``actors``): ``policy`` (the checkpoint's policy, sampling unless
-``deterministic``), ``log_replay`` (the log-replay controller: the log as followed
-through the env's dynamics; an upper reference), ``constant_velocity`` (zero
+``deterministic``), ``log_replay`` (the challenge's log-replay oracle: the logged future
+itself as every rollout; it scores each feature's highest likelihood, an upper bound),
+``log_follow`` (the log-replay controller: the log as followed through the env's
+dynamics and action grid; what the dynamics alone lose), ``constant_velocity`` (zero
 acceleration and curvature: straight on at the initial speed, the challenge's simplest
 baseline) and ``random`` (uniform random actions; a lower reference). The first
-actor's metrics are reported plainly, the others' under ``ACTOR/``.
+actor's metrics are reported plainly, the others' under ``ACTOR/``. ``log_replay``
+still plays its rollouts (with the log-replay controller, so that every actor's batch
+has one shape) but scores the log in their place.
 """
 
 from __future__ import annotations
@@ -53,11 +57,12 @@ from jaxdrive.config import ConfigError, check_choice, check_int
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.env.config import OBJECT_TYPE_NAMES
 from jaxdrive.eval.evaluator import EvalResult, Evaluator
+from jaxdrive.eval.rollout import make_episode_rollout
 from jaxdrive.eval.spec import EvaluatorConfig, as_written
 from jaxdrive.metrics import wosac
 
 SIMULATE = ("all", "controlled")
-ACTORS = ("policy", "log_replay", "constant_velocity", "random")
+ACTORS = ("policy", "log_replay", "log_follow", "constant_velocity", "random")
 
 # Scalar outputs of ``realism_scores`` kept, and the names they are reported under.
 _REPORTED = {"metametric": "meta_metric", "kinematic": "kinematic",
@@ -79,9 +84,9 @@ class RealismConfig(EvaluatorConfig):
       num_rollouts: rollouts per scenario (the challenge's 32).
       simulate: ``all`` (every valid object driven by the actor, as in the challenge)
         or ``controlled`` (the env's controlled objects; the others replay the log).
-      actors: who drives: any of ``policy``, ``log_replay``, ``constant_velocity``,
-        ``random`` (first reported
-        plainly, the others under ``ACTOR/``).
+      actors: who drives: any of ``policy``, ``log_replay``, ``log_follow``,
+        ``constant_velocity``, ``random`` (first reported plainly, the others under
+        ``ACTOR/``).
       rollout_batch: rollouts whose WOSAC features are computed at once (memory bound;
         ``jaxdrive.metrics.wosac.realism_scores``).
     """
@@ -132,6 +137,12 @@ class Realism(Evaluator):
         groups = max(1, min(self.spec.batch_size, len(s["ids"]) // r))
         unit = r * d // math.gcd(r, d)  # whole groups, whole devices
         s["batch"] = -(-groups * r // unit) * unit
+        if "log_replay" in s["runs"]:  # scores the log itself in place of its rollouts
+            env = s["env"]
+            hook, reduce = self.step_hook(env, score_log=True)
+            actor = self.actors(env, policy)["log_replay"]
+            s["runs"]["log_replay"] = jax.jit(make_episode_rollout(
+                env, actor, s["steps"], hook, reduce, should_stop=self.should_stop(env)))
         return s
 
     def actors(self, env: Env, policy) -> dict[str, Actor]:
@@ -140,7 +151,7 @@ class Realism(Evaluator):
         for name in self.config.actors:
             if name == "policy":
                 out[name] = policy_actor(env, policy, deterministic=self.spec.deterministic)
-            elif name == "log_replay":
+            elif name in ("log_replay", "log_follow"):  # log_replay: see _build
                 out[name] = controller_actor(env, controllers.log_replay(env))
             elif name == "constant_velocity":
                 out[name] = controller_actor(env, controllers.constant_velocity(env))
@@ -148,8 +159,9 @@ class Realism(Evaluator):
                 out[name] = controller_actor(env, controllers.random_actions(env))
         return out
 
-    def step_hook(self, env: Env):
-        """Every object's box per step; the WOSAC scores of each group of rollouts."""
+    def step_hook(self, env: Env, score_log: bool = False):
+        """Every object's box per step; the WOSAC scores of each group of rollouts
+        (``score_log``: of the logged future in place of every rollout)."""
         r = self.config.num_rollouts
         init = env.config.init_step
         simulate = self.config.simulate
@@ -179,6 +191,9 @@ class Realism(Evaluator):
             sid = state0.scenario_id[::r]  # (G,)
             obj = jax.tree.map(lambda x: x[sid], pool.scenarios.objects)
             t = init + 1 + t_sim
+            if score_log:
+                future = lambda x: jnp.repeat(x[:, :, init + 1:t], r, axis=0)  # noqa: E731
+                sim_xy, sim_yaw, sim_valid = future(obj.xy), future(obj.yaw), future(obj.valid)
             hist = lambda x: jnp.repeat(x[:, :, :init + 1], r, axis=0)  # noqa: E731
             sim = wosac.Trajectories(
                 xy=jnp.concatenate([hist(obj.xy), sim_xy], axis=2),

@@ -136,8 +136,11 @@ class _ActorCritic(nn.Module):
             x = self.decoder(x)
         return self._heads(x)
 
-    def step(self, obs, cache, removed):
+    def step(self, obs, cache, removed, return_attention=False):
         x = self.encoder(obs)
+        if return_attention:
+            x, cache, weights = self.decoder.step(x, cache, removed, return_attention=True)
+            return self._heads(x), cache, weights
         if self.config.kind == "transformer":
             x, cache = self.decoder.step(x, cache, removed)
         else:
@@ -205,7 +208,7 @@ class Policy:
                               c.model_dim // c.heads, DTYPES[c.dtype])
 
     def step(self, params, cache: KVCache, obs: Observation, first: jax.Array,
-             removed: jax.Array) -> tuple[PolicyOutput, KVCache]:
+             removed: jax.Array, return_attention: bool = False):
         """One rollout step of N agents.
 
         Args:
@@ -214,10 +217,24 @@ class Policy:
           obs: ``Observation`` with leading axis N.
           first: (N,) bool, ``obs`` starts a new episode (the cache is reset first).
           removed: (N,) bool, the agent is removed in ``obs`` (its step is garbage).
+          return_attention: also return the temporal decoder's attention weights
+            (inspection, ``jaxdrive.inspect``; transformer only). Outputs and cache are
+            the same either way.
         Returns:
-          (``PolicyOutput`` (N,), the updated cache).
+          (``PolicyOutput`` (N,), the updated cache); with ``return_attention`` a third
+          item, (num_layers, N, heads, S) float32 weights of this step's query over the
+          updated cache's slots (``TemporalDecoder.step``).
+        Raises:
+          ValueError: ``return_attention`` for a policy without memory (``mlp``).
         """
         cache = cache.reset(first)
+        if return_attention:
+            if self.config.kind != "transformer":
+                raise ValueError(f"policy kind '{self.config.kind}' has no memory, so no "
+                                 "attention weights to return; use a transformer policy.")
+            (dist, value), cache, weights = self.module.apply(
+                params, obs, cache, removed, True, method=_ActorCritic.step)
+            return self._output(dist, value), cache, weights
         (dist, value), cache = self.module.apply(params, obs, cache, removed,
                                                  method=_ActorCritic.step)
         return self._output(dist, value), cache

@@ -10,6 +10,8 @@ Both build the same mask (``kv_cache`` module doc): same episode, causal, within
 horizon, not garbage (except the query's own step), so at every step their outputs
 agree to float rounding. Positions within the episode are added as sinusoidal
 encodings; they keep counting across trial boundaries and restart with the episode.
+``step(..., return_attention=True)`` also returns the attention weights over the cache
+(``jaxdrive.inspect`` plots them); without it nothing is computed differently.
 """
 
 from __future__ import annotations
@@ -31,27 +33,34 @@ def sinusoid(pos: jax.Array, dim: int) -> jax.Array:
     return jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
 
 
-def attention(q: jax.Array, blocks) -> jax.Array:
+def attention(q: jax.Array, blocks, return_weights: bool = False):
     """Softmax attention over several key blocks with one normaliser.
 
     Args:
       q: (B, T, heads, head_dim) queries.
       blocks: sequence of (k, v, mask): k, v (B, S_i, heads, head_dim), mask (B, T, S_i)
         bool; every query must have at least one True over all blocks.
+      return_weights: also return the softmax weights (for inspection; the output and
+        the computation are the same either way).
     Returns:
-      (B, T, heads, head_dim).
+      (B, T, heads, head_dim); with ``return_weights`` also a list with one
+      (B, T, heads, S_i) float32 array of weights per block (masked entries exactly 0).
     """
     scale = 1.0 / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
-    heads = []
+    heads, head_weights = [], []
     # One head at a time: XLA CPU runs these batched contractions much faster without
     # a heads axis.
     for h in range(q.shape[2]):
         scores = [jnp.einsum("btd,bsd->bts", q[:, :, h], k[:, :, h]).astype(jnp.float32)
                   * scale for k, _, _ in blocks]
         weights = joint_softmax(scores, [mask for _, _, mask in blocks])
+        head_weights.append(weights)
         heads.append(sum(jnp.einsum("bts,bsd->btd", w.astype(v.dtype), v[:, :, h])
                          for w, (_, v, _) in zip(weights, blocks, strict=True)))
-    return jnp.stack(heads, axis=2)
+    out = jnp.stack(heads, axis=2)
+    if not return_weights:
+        return out
+    return out, [jnp.stack([w[i] for w in head_weights], axis=2) for i in range(len(blocks))]
 
 
 class DecoderLayer(nn.Module):
@@ -108,7 +117,8 @@ class TemporalDecoder(nn.Module):
             x = layer(x)
         return x
 
-    def step(self, x: jax.Array, cache: KVCache, removed: jax.Array):
+    def step(self, x: jax.Array, cache: KVCache, removed: jax.Array,
+             return_attention: bool = False):
         """One step of N agents.
 
         Args:
@@ -117,8 +127,13 @@ class TemporalDecoder(nn.Module):
             episode).
           removed: (N,) bool, agents removed in this step's observation (their slot is
             marked garbage for later queries).
+          return_attention: also return each layer's attention weights (inspection).
         Returns:
-          ((N, d) outputs, updated cache).
+          ((N, d) outputs, updated cache); with ``return_attention`` a third item, the
+          (num_layers, N, heads, S) float32 weights of this step's query over the
+          updated cache's slots (slot ``s`` holds the step at position
+          ``cache.pos[:, s]``; empty, out-of-horizon and garbage slots get exactly 0,
+          the own slot is always attended).
         """
         s = cache.horizon
         p = cache.next_pos
@@ -136,6 +151,7 @@ class TemporalDecoder(nn.Module):
         rows = jnp.arange(x.shape[0])
         write = jax.vmap(lambda c, i, u: jax.lax.dynamic_update_index_in_dim(c, u, i, 0))
         split = rows_are_split()
+        layer_weights = []
         for i, layer in enumerate(self.layers):
             q, k, v = layer.project(x)
             k, v = k.astype(k_cache.dtype), v.astype(v_cache.dtype)
@@ -145,12 +161,19 @@ class TemporalDecoder(nn.Module):
             else:
                 k_cache = k_cache.at[i, rows, slot].set(k)
                 v_cache = v_cache.at[i, rows, slot].set(v)
-            a = attention(q[:, None], [(k_cache[i], v_cache[i], mask)])[:, 0]
-            x = layer.finish(x, a)
+            if return_attention:
+                a, (w,) = attention(q[:, None], [(k_cache[i], v_cache[i], mask)],
+                                    return_weights=True)
+                layer_weights.append(w[:, 0])
+            else:
+                a = attention(q[:, None], [(k_cache[i], v_cache[i], mask)])
+            x = layer.finish(x, a[:, 0])
         cache = KVCache(
             k=k_cache, v=v_cache, pos=pos,
             garbage=jnp.where(own, removed[:, None], cache.garbage), next_pos=p + 1,
         )
+        if return_attention:
+            return x, cache, jnp.stack(layer_weights)
         return x, cache
 
     def sequence(self, x: jax.Array, cache: KVCache, first: jax.Array, removed: jax.Array):

@@ -84,6 +84,17 @@ rarer, not impossible).
 The SDC is agent 0: a random spawned vehicle, preferably on an incoming lane.
 ``of_interest`` marks agents 0-1 and ``to_predict`` agents 0-3 (when spawned).
 
+Goal exits (``goal_exit``): ``route`` (default) puts each goal on the vehicle's logged
+route, as above. ``uniform`` (the hidden-destination task, ``docs/adaptation.md``) draws
+for every vehicle on an incoming lane an exit uniformly among the arms its lane connects
+to, and puts its goal ``exit_goal_distance`` metres (drawn per vehicle) past the junction
+on the same-index outgoing lane of that arm; the SDC then always starts on an incoming
+lane. The exit and distance come from ``fold_in(key, _EXIT_SALT)`` (or ``exit_key``) and
+nothing else reads them, so every array but ``objects.goal`` (map, lights, every logged
+trajectory, the SDC's start) is the one that key gives for any exit: a vehicle's logged
+trajectory still follows its lane's route and need not pass its goal, and vehicles on a
+lane shared with the SDC say nothing about its exit. Outgoing-lane goals stay on the route.
+
 API: ``generate(key, config, scenario_config)`` (pure; jit with both configs static and
 vmap over keys), ``generate_with_info`` (also returns ``ProceduralInfo``: topology, lanes,
 per-agent route, ...), ``generate_batch(key, num, config, scenario_config)`` (cached
@@ -103,7 +114,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxdrive.config import ConfigBase, ConfigError, check_int, check_interval, check_range
+from jaxdrive.config import (
+    ConfigBase,
+    ConfigError,
+    check_choice,
+    check_int,
+    check_interval,
+    check_range,
+)
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import (
     LaneGraph,
@@ -126,6 +144,9 @@ _STOP_MARGIN = 0.5  # m a vehicle stopped at a light keeps between its front and
 _STOP_TOL = 0.01  # m, float32 slack of the "can stop before the line" test
 # Salt of the signal draws: fold_in leaves every other draw of a scene unchanged.
 _SIGNAL_SALT = 0x516E
+# Salt of the goal-exit draws (``goal_exit: uniform``), likewise.
+_EXIT_SALT = 0xE817
+GOAL_EXITS = ("route", "uniform")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +205,12 @@ class ProceduralConfig(ConfigBase):
       all_red: s, every approach red between two phases.
       stop_decel: m/s^2, comfortable braking of logged vehicles at lights, leaders, goals.
       launch_accel: m/s^2, acceleration of logged vehicles back to their speed (green).
+      goal_exit: ``route`` (goals on the logged route) or ``uniform`` (vehicles on
+        incoming lanes get a goal past the junction on an exit drawn uniformly and
+        independently of everything else in the scene; the SDC starts on an incoming
+        lane). See the module doc.
+      exit_goal_distance: m past the junction mouth, along the exit lane, of a
+        ``uniform`` goal (drawn per vehicle).
     """
 
     topology: TopologyWeights = TopologyWeights()
@@ -210,6 +237,8 @@ class ProceduralConfig(ConfigBase):
     all_red: float = 1.0
     stop_decel: float = 4.0
     launch_accel: float = 2.0
+    goal_exit: str = "route"
+    exit_goal_distance: tuple[float, float] = (5.0, 15.0)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):  # lists -> tuples so the config stays hashable
@@ -256,6 +285,16 @@ class ProceduralConfig(ConfigBase):
         check_range("all_red", self.all_red, 0.0, 600.0)
         check_range("stop_decel", self.stop_decel, 0.0, 20.0, lo_open=True)
         check_range("launch_accel", self.launch_accel, 0.0, 20.0, lo_open=True)
+        check_choice("goal_exit", self.goal_exit, GOAL_EXITS)
+        check_interval("exit_goal_distance", self.exit_goal_distance, 0.0, None)
+        if (self.goal_exit == "uniform"
+                and self.exit_goal_distance[1] > self.arm_length - self.length[1] / 2):
+            raise ConfigError(
+                f"config key 'exit_goal_distance' = {list(self.exit_goal_distance)}: high "
+                f"must be <= arm_length - length[1] / 2 = "
+                f"{self.arm_length - self.length[1] / 2:.2f} so that the goal lies on the "
+                "exit arm. Lower it or raise arm_length."
+            )
         need_yellow = min_yellow(self)
         if self.signals > 0 and self.yellow < need_yellow:
             raise ConfigError(
@@ -343,7 +382,11 @@ class ProceduralInfo:
       agent_lane: (A,) int32, lane id each vehicle spawned on (-1 for empty slots).
       agent_route: (A, 3) int32, lane ids along the route (-1 padded / empty).
       agent_speed: (A,) float32, m/s.
-      agent_goal_distance: (A,) float32, m along the route from spawn to goal.
+      agent_goal_distance: (A,) float32, m along the route from spawn to goal (the
+        logged route's goal; ``goal_exit: uniform`` moves incoming vehicles' goals).
+      agent_exit: (A,) int32, the arm whose outgoing lane holds the goal under
+        ``goal_exit: uniform``, else the arm the route leaves by (the own arm on an
+        outgoing lane); -1 for empty slots.
       signalised: () bool, the scene has traffic lights.
       green: () float32, s, green time of each phase (0 unless signalised).
       cycle: () float32, s, length of the light cycle (0 unless signalised).
@@ -359,6 +402,7 @@ class ProceduralInfo:
     agent_route: jax.Array
     agent_speed: jax.Array
     agent_goal_distance: jax.Array
+    agent_exit: jax.Array
     signalised: jax.Array
     green: jax.Array
     cycle: jax.Array
@@ -1048,6 +1092,7 @@ class _Routes(NamedTuple):
     cum: jax.Array  # (n_arm_lanes, P) arc length at each point
     length: jax.Array  # (n_arm_lanes,) total arc length
     lane_ids: jax.Array  # (n_arm_lanes, 3) int32 lanes along the route, -1 padded
+    exit_arm: jax.Array  # (n_arm_lanes,) int32 arm the route leaves by
 
 
 def _routes(
@@ -1079,7 +1124,9 @@ def _routes(
         ],
         axis=1,
     ).reshape(lay.n_arm_lanes, 3)
-    return _Routes(routes, cum, route_len, route_ids)
+    exit_arm = jnp.stack([jnp.broadcast_to(a_ix, (N, nm)), route_b], axis=1)
+    return _Routes(routes, cum, route_len, route_ids,
+                   exit_arm.reshape(lay.n_arm_lanes).astype(jnp.int32))
 
 
 class _Spawn(NamedTuple):
@@ -1093,12 +1140,18 @@ class _Spawn(NamedTuple):
 
 def _spawn(cfg: ProceduralConfig, lay: _Layout, num_agents: int, sc: _Scene, draws) -> _Spawn:
     """Random eligible slots (``draws`` prio, sdc); the SDC, preferably on an incoming
-    lane, is swapped into agent slot 0."""
+    lane (always, under ``goal_exit: uniform``), is swapped into agent slot 0."""
     A = num_agents
     n_slots = lay.n_arm_lanes * lay.k_slots
     lane_dir = (jnp.arange(lay.n_arm_lanes) // lay.n_max) % 2
     slot_ok = sc.lane_on.reshape(-1)[:, None] & jnp.asarray(lay.eligible)[lane_dir]
     prio = jnp.where(slot_ok.reshape(-1), draws["prio"], -1.0)
+    if cfg.goal_exit == "uniform":
+        # The best incoming slot outranks every other (prio < 1), so it is spawned and
+        # the SDC, the best-scored incoming vehicle below, exists.
+        slot_in = (slot_ok & (lane_dir == 1)[:, None]).reshape(-1)
+        best = jnp.argmax(jnp.where(slot_in, prio, -1.0))
+        prio = prio.at[best].set(jnp.where(slot_in[best], 2.0, prio[best]))
     k_top = min(A, n_slots)
     _, idx = jax.lax.top_k(prio, k_top)
     idx = jnp.concatenate([idx, jnp.full((A - k_top,), n_slots, idx.dtype)])
@@ -1363,6 +1416,31 @@ def _object_log(
     )
 
 
+def _uniform_exit_goals(exit_key: jax.Array, cfg: ProceduralConfig, lay: _Layout,
+                        sc: _Scene, conns: _Connectors, sp: _Spawn, goal: jax.Array):
+    """Goals of ``goal_exit: uniform`` from the draws of ``exit_key`` only.
+
+    Args:
+      goal: (A, 2) float32, the route goals (kept for vehicles on outgoing lanes).
+    Returns:
+      goal (A, 2) float32 and exit arm (A,) int32 of every agent slot (incoming lanes
+      only; the other entries are -1 and the caller fills them in).
+    """
+    nm = lay.n_max
+    u_exit, u_dist = jax.random.uniform(exit_key, (2, sp.spawned.shape[0]), jnp.float32)
+    lane = sp.agent_lane
+    arm, incoming, k = lane // (2 * nm), (lane // nm) % 2 == 1, lane % nm
+    j = jnp.clip(jnp.floor(u_exit * (sc.n_arms - 1)).astype(jnp.int32), 0,
+                 jnp.maximum(sc.n_arms - 2, 0))
+    b = conns.b_arm[arm, j]
+    # The outgoing lane k of arm b is s * u_b - y_k * n_b for s >= r_j (``_arm_lanes``).
+    s = sc.r_j + _lerp(u_dist, *cfg.exit_goal_distance)
+    xy = s[:, None] * sc.u[b] - sc.y[k][:, None] * sc.nrm[b] + sc.offset
+    moved = sp.spawned & incoming
+    return (jnp.where(moved[:, None], xy, goal).astype(jnp.float32),
+            jnp.where(moved, b, -1).astype(jnp.int32))
+
+
 def _no_traffic_lights(scfg: ScenarioConfig) -> TrafficLights:
     """All TL traffic-light slots invalid: (TL,), (TL, 2), (TL, T) x2."""
     TL, T = scfg.max_traffic_lights, scfg.num_steps
@@ -1386,14 +1464,19 @@ def _signal_info(cfg: ProceduralConfig, sig: _Signals | None) -> dict:
 
 
 def generate_with_info(
-    key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig
+    key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig,
+    exit_key: jax.Array | None = None,
 ) -> tuple[Scenario, ProceduralInfo]:
     """Like ``generate``, also returning what was sampled.
 
     Stages run in a fixed order (the order of random draws and of traced ops matters for
     bit-identical scenes): draws, scene parameters, polylines, roadgraph, lane graph,
     routes, spawns, speeds/goals, light cycle (drawn from its own folded key), logged
-    trajectories.
+    trajectories, goal exits (``goal_exit: uniform``, from their own folded key).
+
+    ``exit_key`` (``goal_exit: uniform`` only) replaces ``fold_in(key, _EXIT_SALT)`` as
+    the key of the goal-exit draws: another ``exit_key`` changes ``objects.goal`` and
+    nothing else.
 
     Returns:
       (Scenario, ProceduralInfo); see ``ProceduralInfo`` for the (A,)-shaped per-agent
@@ -1420,6 +1503,16 @@ def generate_with_info(
     speed, goal_s, sigma = _speeds_and_goals(cfg, scfg.num_steps, lay, draws, routes.length, sp)
     sig = _signals(key, cfg, scfg, lay, sc, arms) if lay.signalled else None
     objects = _object_log(cfg, scfg, lay, sc, routes, sp, speed, goal_s, sigma, draws, sig)
+    agent_exit = routes.exit_arm[sp.agent_lane]
+    if cfg.goal_exit == "uniform":
+        if exit_key is None:
+            exit_key = jax.random.fold_in(key, _EXIT_SALT)
+        goal, uniform_exit = _uniform_exit_goals(exit_key, cfg, lay, sc, conns, sp,
+                                                 objects.goal)
+        objects = objects.replace(goal=goal)
+        agent_exit = jnp.where(uniform_exit >= 0, uniform_exit, agent_exit)
+    elif exit_key is not None:
+        raise ValueError("exit_key applies only with goal_exit: uniform.")
     lights = _no_traffic_lights(scfg) if sig is None else sig.lights
     scenario = Scenario(roadgraph=roadgraph, lanes=lanes, traffic_lights=lights, objects=objects)
     spawned, agent_lane = sp.spawned, sp.agent_lane
@@ -1433,6 +1526,7 @@ def generate_with_info(
         agent_route=jnp.where(spawned[:, None], routes.lane_ids[agent_lane], -1).astype(i32),
         agent_speed=jnp.where(spawned, speed, 0.0).astype(f32),
         agent_goal_distance=jnp.where(spawned, goal_s - sigma, 0.0).astype(f32),
+        agent_exit=jnp.where(spawned, agent_exit, -1).astype(i32),
         **_signal_info(cfg, sig),
     )
     return scenario, info
