@@ -188,7 +188,7 @@ def test_unknown_key_names_key_section_allowed_keys_and_suggestion():
     msg = error({"v": {"type": "multi_scenario", "num_scenario": 4}})
     assert msg.startswith("eval section 'v': unknown key 'num_scenario' for evaluator "
                           "type 'multi_scenario'. Did you mean 'num_scenarios'?")
-    assert "Allowed keys: batch_size, clean, deterministic," in msg
+    assert "Allowed keys: batch_size, clean, co_players, deterministic," in msg
     # Another type's key is unknown here, and the section that set it is named.
     msg = error({"_base": {"template": True, "num_trials": 3},
                  "v": {"type": "planning", "inherits": "_base"}})

@@ -25,9 +25,9 @@ from jaxdrive.scenarios.procedural import ProceduralConfig
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 RUN_PRESETS = ("quickstart", "selfplay_gpu", "adaptive", "adaptive_hidden_goal",
-               "adaptive_hidden_goal_mlp")
+               "adaptive_hidden_goal_mlp", "adaptive_population", "adaptive_population_partner")
 SIMULATE_PRESETS = ("simulate_default", "human_replay", "adaptive_simulate")
-SUITE_PRESETS = ("eval/default", "eval/realism")
+SUITE_PRESETS = ("eval/default", "eval/realism", "eval/population")
 
 
 def test_every_file_of_configs_is_a_preset_and_each_is_tested_here():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import sys
-
 from pathlib import Path
 
 import numpy as np

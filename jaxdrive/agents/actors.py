@@ -3,6 +3,12 @@
 An ``Actor`` wraps a built-in controller (``jaxdrive.agents.controllers``) or a policy
 (``jaxdrive.models.Policy`` with its KV cache) behind one interface, so that recordings
 (``jaxdrive.render``) and evaluators (``jaxdrive.eval``) run either the same way.
+
+Frozen partners (a population of co-player policies) drive the co-player rows of a
+batch in fixed contiguous blocks of environments: env ``i`` of ``B`` is driven by member
+``i * M // B`` (``env_members``), so member ``m``'s policy runs only on its block's static
+slice of rows (``member_blocks``), never on the whole batch. ``partner_actions`` is that
+step; training (``jaxdrive.train.ppo``) and evaluation (``with_partners``) share it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from jaxdrive.env import Env
 from jaxdrive.models.policy import policy_inputs
@@ -77,3 +85,87 @@ def policy_actor(env: Env, policy, deterministic: bool = True,
         return action.reshape((b, a) + action.shape[1:]), cache
 
     return Actor(init=lambda num_envs: policy.init_cache(num_envs * a), act=act)
+
+
+def env_members(num_envs: int, num_members: int) -> np.ndarray:
+    """(B,) int32: the partner driving each env's co-players, ``i * M // B`` (contiguous
+    blocks, sizes differing by at most one; equal when M divides B)."""
+    return (np.arange(num_envs, dtype=np.int64) * num_members // num_envs).astype(np.int32)
+
+
+def member_blocks(num_envs: int, num_members: int) -> tuple[tuple[int, int], ...]:
+    """Per member, its envs ``[lo, hi)`` under ``env_members`` (an empty block when
+    M > B). The blocks tile ``[0, B)`` in member order."""
+    members = env_members(num_envs, num_members)
+    return tuple((int(np.searchsorted(members, m, "left")),
+                  int(np.searchsorted(members, m, "right"))) for m in range(num_members))
+
+
+def partner_caches(partners, num_envs: int, num_agents: int) -> tuple:
+    """One ``KVCache`` per partner over its block's rows ((hi - lo) x A)."""
+    blocks = member_blocks(num_envs, len(partners))
+    return tuple(pol.init_cache((hi - lo) * num_agents)
+                 for (pol, _), (lo, hi) in zip(partners, blocks, strict=True))
+
+
+def partner_actions(partners, caches: tuple, obs, first: jax.Array, removed: jax.Array,
+                    num_envs: int, key: jax.Array, deterministic: bool = False):
+    """Every partner's actions on the rows of its own block of envs.
+
+    Args:
+      partners: sequence of M ``(Policy, params)`` frozen policies.
+      caches: their ``KVCache`` s (``partner_caches``).
+      obs: ``Observation`` over N = B x A rows (env-major); first, removed: (N,) bool.
+      num_envs: B.
+      key: PRNG key (member m samples with ``fold_in(key, m)``).
+      deterministic: act with each distribution's mode.
+    Returns:
+      ``(actions, caches)``: (N,) int32 or (N, D) float32, each row acted on by its
+      env's member (concatenated blocks), and the new caches.
+    """
+    n = first.shape[0]
+    a = n // num_envs
+    actions, new_caches = [], []
+    for m, ((pol, params), cache, (lo, hi)) in enumerate(
+            zip(partners, caches, member_blocks(num_envs, len(partners)), strict=True)):
+        if hi == lo:
+            new_caches.append(cache)
+            continue
+        rows = slice(lo * a, hi * a)  # static: only this block's rows are computed
+        out, cache = pol.step(params, cache, jax.tree.map(lambda x, r=rows: x[r], obs),
+                              first[rows], removed[rows])
+        dist = pol.distribution(out)
+        actions.append(dist.mode() if deterministic
+                       else dist.sample(jax.random.fold_in(key, m)))
+        new_caches.append(cache)
+    return jnp.concatenate(actions, axis=0), tuple(new_caches)
+
+
+def with_partners(env: Env, actor: Actor, partners, deterministic: bool = True) -> Actor:
+    """``actor`` with its co-player rows (``EnvState.co_player``) driven by frozen
+    ``partners`` (M ``(Policy, params)``, member per env as ``env_members``); ego rows
+    keep ``actor`` 's actions. The carry is ``(actor's carry, partner caches)``; partner
+    memories start afresh with each episode, as in training. ``partners`` empty: ``actor``
+    itself."""
+    partners = tuple(partners)
+    if not partners:
+        return actor
+    a = env.config.scenario.max_agents
+    rows = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+
+    def init(num_envs):
+        return actor.init(num_envs), partner_caches(partners, num_envs, a)
+
+    def act(params, carry, env_params, state, timestep, key):
+        inner, caches = carry
+        k_actor, k_partner = jax.random.split(key)
+        action, inner = actor.act(params, inner, env_params, state, timestep, k_actor)
+        b = state.step.shape[0]
+        first, removed = (rows(x) for x in policy_inputs(timestep))
+        co_action, caches = partner_actions(partners, caches, jax.tree.map(rows, timestep.obs),
+                                            first, removed, b, k_partner, deterministic)
+        co_action = co_action.reshape(action.shape).astype(action.dtype)
+        is_co = state.co_player.reshape(state.co_player.shape + (1,) * (action.ndim - 2))
+        return jnp.where(is_co, co_action, action), (inner, caches)
+
+    return Actor(init=init, act=act)

@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxdrive.agents.actors import Actor, policy_actor
+from jaxdrive.agents.actors import Actor, policy_actor, with_partners
 from jaxdrive.env import Env, EnvConfig, episode_steps
 from jaxdrive.eval.rollout import (
     OUTCOMES,
@@ -64,7 +64,7 @@ from jaxdrive.eval.rollout import (
     reset_keys,
 )
 from jaxdrive.eval.shards import Shard
-from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec
+from jaxdrive.eval.spec import EvaluatorConfig, EvaluatorSpec, check_partners
 from jaxdrive.files import UnsafeNameError, confined, safe_name
 from jaxdrive.metrics.episode import rates as episode_rates
 from jaxdrive.metrics.registry import Metric, episode_metrics
@@ -72,6 +72,8 @@ from jaxdrive.metrics.trials import TRIAL_COUNTERS, TrialTotals, episode_trial_s
 from jaxdrive.parallel import to_global
 from jaxdrive.render.record import Recorder, VideoConfig, record, replay_actor
 from jaxdrive.render.video import VideoSink
+from jaxdrive.runs.config import expand_co_players
+from jaxdrive.runs.load import load_policy
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import generate_batch
 from jaxdrive.sim.trials import TrialStats
@@ -279,6 +281,7 @@ class Evaluator:
         self.name = name or spec.name
         self._setup: dict | None = None
         self._setup_key = None
+        self._partners: list | None = None  # frozen co-player policies, loaded once
 
     # ------------------------------------------------------------ resolution
     @classmethod
@@ -371,6 +374,19 @@ class Evaluator:
                             trial_counters=bool(self.config.trial_counters))
 
     # ------------------------------------------------------------------ driver
+    def _actors(self, env: Env, policy) -> dict[str, Actor]:
+        """``actors`` with the co-player rows driven by the frozen partners of
+        ``co_players`` (loaded once per evaluator; ``with_partners``)."""
+        actors = self.actors(env, policy)
+        if not self.spec.co_players:
+            return actors
+        if self._partners is None:
+            check_partners(self.config)
+            paths = expand_co_players(self.spec.co_players, key="co_players")
+            self._partners = [(p.policy, p.params) for p in map(load_policy, paths)]
+        return {name: with_partners(env, a, self._partners, self.spec.deterministic)
+                for name, a in actors.items()}
+
     def _build(self, policy, pools: PoolCache | None = None) -> dict:
         """Env, pool, sharding and the jitted rollouts (once per policy object)."""
         key = id(policy)
@@ -404,7 +420,7 @@ class Evaluator:
         # The rendered (first) actor's rollout also hands out the actions of the rows
         # its videos show, so that they replay exactly the recorded episodes.
         keep = min(self.spec.render.num_scenarios, batch) if self.spec.render.enabled else 0
-        for n, (actor_name, actor) in enumerate(self.actors(env, policy).items()):
+        for n, (actor_name, actor) in enumerate(self._actors(env, policy).items()):
             fn = make_episode_rollout(env, actor, steps, *(hook or (None, None)),
                                       should_stop=self.should_stop(env),
                                       keep_actions=keep if n == 0 else 0)

@@ -16,7 +16,14 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from jaxdrive.config import ConfigBase, ConfigError, check_bool, check_choice, check_int
+from jaxdrive.config import (
+    ConfigBase,
+    ConfigError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_path,
+)
 from jaxdrive.env import EnvConfig
 from jaxdrive.render.raster import VIEWS
 from jaxdrive.scenarios.procedural import ProceduralConfig
@@ -112,6 +119,12 @@ class EvaluatorConfig(ConfigBase):
       render: videos to record (``num_scenarios`` capped at the evaluator's).
       trial_counters: in trial mode, also report ``trial_episodes`` and the trial
         counters (``jaxdrive.metrics.trials.TRIAL_COUNTERS``) among the metrics.
+      co_players: frozen partner policies driving the co-player agents
+        (``env.co_player_fraction`` > 0): run directories and/or population directories
+        (``jaxdrive.runs.config.expand_co_players``); env ``i`` of a batch of B is driven
+        by member ``i * M // B``, as in training. Set here, the ``clean`` macro keeps the
+        co-players (it does not zero ``env.co_player_fraction``). Empty: co-players, if
+        any, act with the evaluated policy. Metrics count ego agents only.
     """
 
     enabled: bool = True
@@ -128,6 +141,7 @@ class EvaluatorConfig(ConfigBase):
     procedural: ProceduralConfig = ProceduralConfig()
     render: RenderSpec = RenderSpec()
     trial_counters: bool = False
+    co_players: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("enabled", "clean", "deterministic", "trial_counters"):
@@ -139,10 +153,21 @@ class EvaluatorConfig(ConfigBase):
         check_int("batch_size", self.batch_size, 1, 10_000_000)
         check_int("num_steps", self.num_steps, 0, 1_000_000)
         check_choice("mode", self.mode, MODES)
+        for i, path in enumerate(self.co_players):
+            check_path(f"co_players[{i}]", path, optional=False)
         object.__setattr__(self, "scenarios", _scenario_paths("scenarios", self.scenarios))
         if self.render.num_scenarios > self.num_scenarios:
             object.__setattr__(self, "render",
                                self.render.replace(num_scenarios=self.num_scenarios))
+
+
+def check_partners(config: EvaluatorConfig) -> None:
+    """Raise ``ConfigError`` when ``co_players`` names partners that no agent would meet
+    (``env.co_player_fraction`` is 0). Checked once the section's env is resolved."""
+    if config.co_players and config.env.co_player_fraction <= 0:
+        raise ConfigError("config key 'co_players' names partner policies but "
+                          "'env.co_player_fraction' is 0, so no agent would be driven by "
+                          "them; set env.co_player_fraction (e.g. 0.5).")
 
 
 def set_floats(config: ConfigBase, *names: str) -> None:

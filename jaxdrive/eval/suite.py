@@ -25,7 +25,9 @@ Resolution of one section, in this order:
    class's ``Config`` (``EvaluatorConfig`` and the type's own) and no others.
 4. The ``clean`` macro (default true) puts ``CLEAN_SETTINGS`` under the resolved values:
    a setting the section or a parent states explicitly wins and is recorded as
-   overridden. It runs once, after inheritance, so a child's ``clean: false`` also
+   overridden. Partners named explicitly (``co_players``) keep the co-players: then
+   ``env.co_player_fraction`` is left to the section or the base env (recorded as
+   overridden). It runs once, after inheritance, so a child's ``clean: false`` also
    drops the settings of a clean template.
 5. The type's ``Config`` checks the keys and fills the defaults; ``env`` overrides
    (after the type's ``resolve_env`` hook) and ``procedural`` overrides merge onto the
@@ -58,7 +60,13 @@ from jaxdrive.env import EnvConfig
 
 # The registry, with the built-in types registered.
 from jaxdrive.eval.evaluators import EVALUATOR_TYPES, EVALUATORS, STRUCTURAL_KEYS
-from jaxdrive.eval.spec import MODES, EvaluatorConfig, EvaluatorSpec, RenderSpec
+from jaxdrive.eval.spec import (
+    MODES,
+    EvaluatorConfig,
+    EvaluatorSpec,
+    RenderSpec,
+    check_partners,
+)
 from jaxdrive.files import UnsafeNameError, safe_name
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
@@ -131,8 +139,9 @@ def _build_spec(name: str, sections: Sections, base_env: EnvConfig,
     check_bool("clean", clean)
     applied, overridden = [], []
     if clean:
+        partners = bool(values.get("co_players"))
         for dotted, value in CLEAN_SETTINGS.items():
-            if _has_path(values, dotted):
+            if _has_path(values, dotted) or (partners and dotted == "env.co_player_fraction"):
                 overridden.append(dotted)
             else:
                 applied.append(dotted)
@@ -153,6 +162,7 @@ def _build_spec(name: str, sections: Sections, base_env: EnvConfig,
                                     values.get("procedural", {}), "procedural"),
         "render": _build_config(RenderSpec, RenderSpec(), values.get("render", {}), "render"),
     })
+    check_partners(config)
     return EvaluatorSpec(name=name, type=type_, config=config, clean_applied=tuple(applied),
                          clean_overridden=tuple(overridden))
 

@@ -11,6 +11,8 @@
                  iterations into RUN_DIR/videos/train/VIEW/, logged to wandb)
     evaluation:  EvaluationConfig (evaluator suites run during training, jaxdrive.eval)
     data:        DataConfig (train on converted real scenes instead of procedural ones)
+    population:  PopulationConfig (train N partner runs into one population directory,
+                 ``jaxdrive.train.population``; ``train.co_players`` accepts it)
 
 Files may ``inherits:`` other files (``jaxdrive.config.load_yaml``) and spell nested keys
 as dotted paths (``env.collision_behavior: remove``, also inside a section, as in
@@ -26,6 +28,10 @@ defaults, or give no ``--config``); one string for a list key is a list of one.
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from jaxdrive.config import (
     ConfigBase,
@@ -38,6 +44,7 @@ from jaxdrive.config import (
     expand_dotted,
     load_yaml,
     merge,
+    read_yaml_file,
     resolve_config_path,
 )
 from jaxdrive.env import EnvConfig
@@ -72,9 +79,12 @@ class TrainConfig(ConfigBase):
       value_coef, entropy_coef: loss weights.
       ema_alpha: weight of the old value in the per-agent EMA of episode metrics.
       co_players: run directories (or checkpoints directories) of frozen partner
-        policies for co-player agents (``env.co_player_fraction``), one chosen per env
-        and episode; empty = co-players act with the learner's current parameters
-        (their steps are still never trained on). One string is a list of one
+        policies for co-player agents (``env.co_player_fraction``), or population
+        directories (``population.yaml``: each stands for its members' run directories,
+        ``expand_co_players``). With M partners, env ``i`` of ``num_envs`` is driven by
+        member ``i * M // num_envs`` for the whole run (``num_envs`` must be a multiple
+        of M); empty = co-players act with the learner's current parameters (their
+        steps are still never trained on). One string is a list of one
         (``--set train.co_players=runs/a``); it is never split into characters.
     """
 
@@ -258,6 +268,80 @@ class DataConfig(ConfigBase):
         check_int("seed", self.seed, 0, 2**31 - 1)
 
 
+POPULATION_MANIFEST = "population.yaml"
+
+
+def _flat_items(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested or dotted mapping -> sorted (dotted key, value) pairs (lists as tuples)."""
+    out = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.extend(_flat_items(value, path + "."))
+        else:
+            out.append((path, _frozen(value)))
+    return sorted(out)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class PopulationConfig(ConfigBase):
+    """A population of partner policies trained by one command
+    (``python -m jaxdrive.train --config FILE --population N``,
+    ``jaxdrive.train.population``): N member runs in one population directory with a
+    manifest (``population.yaml``), usable as ``train.co_players`` or an evaluator's
+    ``co_players``.
+
+    Attributes:
+      size: members to train; 0 = an ordinary single run.
+      members: per-member overrides, a list of at most ``size`` mappings of run-config
+        keys (nested or dotted, e.g. ``{env.reward.speed_target: 3.0}``); members
+        without an entry use the config as it is. Member ``i`` also trains with
+        ``train.seed + i`` and ``validation.seed + i`` unless its overrides set them.
+        Stored as sorted ``(dotted key, value)`` pairs.
+    """
+
+    size: int = 0
+    members: tuple = ()
+
+    def __post_init__(self):
+        check_int("size", self.size, 0, 1024)
+        if not isinstance(self.members, tuple):
+            raise ConfigError("config key 'members' must be a list of mappings of run-config "
+                              f"keys (one per member), got {self.members!r}.")
+        members = []
+        for i, m in enumerate(self.members):
+            if isinstance(m, Mapping):
+                m = tuple(_flat_items(expand_dotted(m, f"config key 'members[{i}]'")))
+            if not isinstance(m, tuple) or not all(
+                    isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in m):
+                raise ConfigError(f"config key 'members[{i}]' must be a mapping of run-config "
+                                  f"keys to values, got {m!r}.")
+            if any(k == "population" or k.startswith("population.") for k, _ in m):
+                raise ConfigError(f"config key 'members[{i}]' cannot set population keys.")
+            members.append(m)
+        object.__setattr__(self, "members", tuple(members))
+        if len(self.members) > self.size:
+            raise ConfigError(f"config key 'members' lists {len(self.members)} members but "
+                              f"'size' is {self.size}; set size >= {len(self.members)} (or "
+                              f"--population {len(self.members)}).")
+
+    def overrides(self, i: int) -> dict[str, Any]:
+        """Member ``i`` 's overrides as a dotted mapping (lists as lists)."""
+        return {k: _plain(v) for k, v in self.members[i]} if i < len(self.members) else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "members": [self.overrides(i)
+                                               for i in range(len(self.members))]}
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig(ConfigBase):
     """A whole training run (see the module doc for the sections)."""
@@ -272,6 +356,7 @@ class RunConfig(ConfigBase):
     video: VideoConfig = VideoConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     data: DataConfig = DataConfig()
+    population: PopulationConfig = PopulationConfig()
 
     def __post_init__(self):
         slots = self.train.num_envs * self.env.scenario.max_agents
@@ -284,6 +369,15 @@ class RunConfig(ConfigBase):
             raise ConfigError(
                 "config key 'validation.seed' equals 'train.seed': the validation scenes "
                 "would be the training scenes; pick another validation.seed.")
+        for i in range(self.population.size):
+            member_config(self, i)  # each member's config is checked up front
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.population == PopulationConfig():
+            # Ordinary runs save the config they saved before populations existed.
+            del out["population"]
+        return out
 
     @property
     def steps_per_iteration(self) -> int:
@@ -310,3 +404,74 @@ def load_run_config(path: str | None, overrides: dict | None = None) -> RunConfi
         return RunConfig.from_dict(data)
     except ConfigError as e:
         raise ConfigError(f"{e}{where}") from None
+
+
+def member_config(config: RunConfig, i: int) -> RunConfig:
+    """The run config of population member ``i``: ``config`` with no population, member
+    ``i`` 's overrides, and seeds ``train.seed + i`` / ``validation.seed + i`` (unless the
+    overrides set them).
+
+    Raises:
+      ConfigError: naming ``population.members[i]`` and the key at fault.
+    """
+    pop = config.population
+    data = config.to_dict()
+    data.pop("population", None)
+    data["train"]["seed"] = config.train.seed + i
+    data["validation"]["seed"] = config.validation.seed + i
+    try:
+        return RunConfig.from_dict(merge(data, expand_dotted(pop.overrides(i),
+                                                             "population.members")))
+    except ConfigError as e:
+        raise ConfigError(f"config key 'population.members[{i}]': {e}") from None
+
+
+def read_population(path: str | os.PathLike, key: str = "train.co_players") -> list[dict]:
+    """The members of a population directory, from its manifest: dicts with ``name``,
+    ``run_dir`` (absolute or relative to ``path``, resolved here) and ``overrides``.
+
+    Raises:
+      ConfigError: naming ``key``: no manifest, a damaged one, or an incomplete
+        population (fewer members trained than its ``size``).
+    """
+    path = Path(path)
+    manifest = path / POPULATION_MANIFEST
+    if not manifest.is_file():
+        raise ConfigError(f"config key '{key}': {path} has no {POPULATION_MANIFEST}: it is "
+                          "not a population directory (train one with python -m "
+                          "jaxdrive.train --config FILE --population N) nor a run directory "
+                          "(config.yaml); name run directories or a population directory.")
+    data = read_yaml_file(str(manifest))
+    members = data.get("members") if isinstance(data, Mapping) else None
+    if (not isinstance(members, list) or not members
+            or not all(isinstance(m, Mapping) and isinstance(m.get("run_dir"), str)
+                       for m in members)):
+        raise ConfigError(f"config key '{key}': {manifest} lists no members (each needs a "
+                          "run_dir); retrain the population.")
+    size = data.get("size", len(members))
+    if len(members) < size:
+        raise ConfigError(f"config key '{key}': population {path} is incomplete ({len(members)} "
+                          f"of {size} members trained); finish or retrain it.")
+    return [{**m, "run_dir": str(path / m["run_dir"])} for m in members]
+
+
+def expand_co_players(paths: Sequence[str], key: str = "train.co_players") -> tuple[str, ...]:
+    """``paths`` with each population directory replaced by its members' run
+    directories, in manifest order (run and checkpoints directories stay).
+
+    Raises:
+      ConfigError: naming ``key[i]`` for a directory that is neither a run, checkpoints
+        nor population directory (a path that does not exist is kept: loading it says so).
+    """
+    out: list[str] = []
+    for i, p in enumerate(paths):
+        path = Path(p)
+        name = f"{key}[{i}]"
+        if (path / POPULATION_MANIFEST).is_file():
+            out.extend(m["run_dir"] for m in read_population(path, name))
+        elif (not path.is_dir() or (path / "config.yaml").is_file()
+              or (path.parent / "config.yaml").is_file()):
+            out.append(str(p))
+        else:
+            read_population(path, name)  # raises, naming the key
+    return tuple(out)

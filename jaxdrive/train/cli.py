@@ -3,6 +3,7 @@
     python -m jaxdrive.train --config configs/quickstart.yaml [--set key=value ...]
     python -m jaxdrive.train --config quickstart [--set key=value ...]
     python -m jaxdrive.train [--config FILE] --resume RUN_DIR [--set train.total_steps=N]
+    python -m jaxdrive.train --config FILE --population N [--set key=value ...]
 
 ``--config`` is a file or a preset name (quickstart, selfplay_gpu, adaptive, ...: the
 files of the repository's configs/, shipped with the package).
@@ -14,6 +15,12 @@ written to config.yaml; the previous one is kept as config.prev.yaml) and the ne
 intact checkpoint (damaged ones are named and skipped). A run directory is locked while a
 run trains in it; ``--force-unlock`` takes over a lock whose holder is surely gone.
 Ctrl-C or SIGTERM finishes the iteration, saves and exits; continue with ``--resume``.
+
+``--population N`` (or ``population.size: N`` in the config) trains N partner runs one
+after the other into one population directory (``pop-NAME-...``) with a manifest,
+``population.yaml``; each member gets its ``population.members[i]`` overrides and seeds
+offset by i (``jaxdrive.train.population``). Prints the population directory, which
+``train.co_players`` and an evaluator's ``co_players`` accept.
 Config sections: env, procedural, policy, train, validation, checkpoint, logging (see
 ``jaxdrive.runs.config``).
 
@@ -51,6 +58,7 @@ from jaxdrive.files import OutputError, UnsafeNameError
 from jaxdrive.runs.config import RunConfig, load_run_config
 from jaxdrive.runs.load import read_run_config
 from jaxdrive.runs.lock import RunLockedError
+from jaxdrive.train.population import train_population
 from jaxdrive.train.run import (
     TrainingDiverged,
     new_run_dir,
@@ -74,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue a run from its newest intact checkpoint (uses its "
                         "config.yaml)")
+    p.add_argument("--population", type=int, default=None, metavar="N",
+                   help="train N partner runs into one population directory (sets "
+                        "population.size; per-member overrides: population.members)")
     p.add_argument("--force-unlock", action="store_true",
                    help="with --resume: take over the run directory's lock even if another "
                         "process holds it (only when that process is surely gone)")
@@ -111,6 +122,33 @@ def _setup(args) -> tuple[RunConfig, Path]:
     return config, run_dir
 
 
+def _population_config(args) -> int | None:
+    """Trains a population when ``--population`` or the config's ``population.size``
+    asks for one (returns the exit code); None for an ordinary run."""
+    if args.resume:
+        return None
+    try:
+        overrides = parse_overrides(args.overrides)
+        if args.population is not None:
+            if args.population < 1:
+                raise ConfigError(f"--population {args.population}: give N >= 1 members.")
+            overrides["population.size"] = args.population
+        config = load_run_config(args.config, overrides)
+        if config.population.size == 0:
+            return None
+        if jax.process_count() > 1:
+            raise ConfigError("population.size > 0: train a population in one process "
+                              "(members are trained one after the other).")
+        pop_dir, results = train_population(config, Path(args.config).stem)
+    except (*INPUT_ERRORS, OutputError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for i, metrics in enumerate(results):
+        print(f"member_{i}: " + "; ".join(summary_lines(metrics, pop_dir / f"member_{i}")))
+    print(pop_dir)
+    return 0
+
+
 def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, MemoryError) or (isinstance(e, jax.errors.JaxRuntimeError)
                                           and "RESOURCE_EXHAUSTED" in str(e))
@@ -135,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.config and not args.resume:
         p.error("give --config FILE or PRESET (e.g. configs/quickstart.yaml or quickstart) "
                 "or --resume RUN_DIR")
+    if args.population is not None and args.resume:
+        p.error("--population trains fresh member runs; it cannot be combined with --resume")
+    population = _population_config(args)
+    if population is not None:
+        return population
     try:
         group = detect(args.coordinator_address, args.num_processes, args.process_id)
         if group is not None:

@@ -3,7 +3,11 @@
 ``PPO.train_step(state, env_params) -> (state, metrics)`` runs, inside one jit:
 
 1. a ``lax.scan`` of T steps of the B environments and the policy over the N = B x A
-   agent rows (co-players act from frozen policies), recording each row's transition;
+   agent rows, recording each row's transition. Co-players act from frozen partner
+   policies: env ``i`` is driven by member ``i * M // B`` for the whole run (fixed
+   contiguous blocks, ``jaxdrive.agents.actors.env_members``), so each member's policy
+   runs only on its block's B / M envs (one partner forward pass over N rows in all,
+   not M);
 2. GAE over the (T, N) rollout with bootstrapping stopped at terminated, truncated and
    not-valid next steps (``jaxdrive.train.gae``);
 3. ``epochs`` passes of shuffled minibatches of whole agent rows: the policy's
@@ -28,7 +32,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from jaxdrive.agents.actors import env_members, partner_actions, partner_caches
 from jaxdrive.agents.rollout import Transition, scan_rollout
+from jaxdrive.config import ConfigError
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
 from jaxdrive.metrics.episode import report_values
 from jaxdrive.metrics.registry import report_names
@@ -51,8 +57,10 @@ class TrainState:
       params, opt_state: learner parameters and optax state.
       env_state: ``EnvState`` (B,); timestep: ``TimeStep`` (B,) of the next step.
       cache: learner ``KVCache`` (N = B x A rows).
-      co_caches: tuple of ``KVCache`` (N,), one per frozen co-player policy.
-      co_member: (B,) int32, which frozen policy drives each env's co-players.
+      co_caches: tuple of ``KVCache``, one per frozen co-player policy over its block's
+        rows ((B / M) x A).
+      co_member: (B,) int32, which frozen policy drives each env's co-players (fixed:
+        ``env_members``).
       episode_ema: ``EmaState`` over the N agent slots (the registry's report names).
       trial_ema: ``EmaState`` over the B env slots (``trial_{k}_score``), or None.
       key: PRNG key.
@@ -112,7 +120,8 @@ class PPO:
       config: ``RunConfig``.
       env: the training ``Env``.
       policy: the learner ``Policy`` (built for ``env``).
-      co_players: sequence of ``(Policy, params)`` frozen partners (may be empty).
+      co_players: sequence of M ``(Policy, params)`` frozen partners (may be empty);
+        ``train.num_envs`` must be a multiple of M.
       mesh: a ``data`` mesh (``jaxdrive.parallel.data_mesh``) to run data-parallel over,
         or None (one device). Environments, agent rows and rollouts are split along it;
         parameters, optimiser state and the scene pool are replicated. Minibatches are
@@ -146,8 +155,17 @@ class PPO:
         self.trial_mode = env.config.goal_behavior == "trial"
         self.uses_co_players = env.config.co_player_fraction > 0
         self.env_step = env.step_batch
+        m = len(self.co_players)
+        if m and self.num_envs % m:
+            raise ConfigError(
+                f"config key 'train.num_envs' = {self.num_envs} must be a multiple of the "
+                f"{m} partner policies of 'train.co_players' (each drives a fixed block of "
+                f"envs); set train.num_envs to e.g. {max(m, self.num_envs // m * m)}.")
         if mesh is not None:
             check_divisible(self.num_envs, "train.num_envs", mesh)
+            if m:
+                check_divisible(self.num_envs // m, "train.num_envs / len(train.co_players)",
+                                mesh)
             if mesh.size > 1:
                 self.env_step = env.step_batch_sharded(mesh)
 
@@ -180,7 +198,8 @@ class PPO:
     # ------------------------------------------------------------------ init
     def init(self, key: jax.Array, env_params: EnvParams) -> TrainState:
         """Fresh parameters, optimiser, environments and statistics."""
-        k_reset, k_params, k_member, k_run = jax.random.split(key, 4)
+        # Four keys as when members were drawn at random: the other streams stay the same.
+        k_reset, k_params, _, k_run = jax.random.split(key, 4)
         env_state, ts = jax.jit(self.env.reset_batch, static_argnums=2)(
             env_params, k_reset, self.num_envs)
         obs = jax.tree.map(_rows, ts.obs)
@@ -195,8 +214,8 @@ class PPO:
             env_state=env_state,
             timestep=ts,
             cache=self.policy.init_cache(n),
-            co_caches=tuple(p.init_cache(n) for p, _ in self.co_players),
-            co_member=self._draw_members(k_member),
+            co_caches=partner_caches(self.co_players, self.num_envs, self.num_agents),
+            co_member=self._members(),
             episode_ema=ema.init(report_names(self.env.metrics), n),
             trial_ema=trial_ema,
             key=k_run,
@@ -213,9 +232,8 @@ class PPO:
     def _trial_names(self) -> tuple[str, ...]:
         return tuple(f"trial_{k}_score" for k in range(self.env.config.num_trials))
 
-    def _draw_members(self, key: jax.Array) -> jax.Array:
-        return jax.random.randint(key, (self.num_envs,), 0, max(1, len(self.co_players)),
-                                  dtype=jnp.int32)
+    def _members(self) -> jax.Array:
+        return jnp.asarray(env_members(self.num_envs, max(1, len(self.co_players))))
 
     # ------------------------------------------------------------------ rollout
     def _act(self, params, cache, co_caches, co_member, state: EnvState, ts: TimeStep, key):
@@ -228,16 +246,10 @@ class PPO:
         action = dist.sample(k_learner)
         logp = dist.log_prob(action)
         if self.co_players and self.uses_co_players:
-            member = jnp.repeat(co_member, self.num_agents)
-            co_action = action
-            new_caches = []
-            for m, ((pol, pp), c) in enumerate(zip(self.co_players, co_caches, strict=True)):
-                o, c = pol.step(pp, c, obs, first, removed)
-                a = pol.distribution(o).sample(jax.random.fold_in(k_co, m))
-                pick = (member == m).reshape((-1,) + (1,) * (a.ndim - 1))
-                co_action = jnp.where(pick, a, co_action)
-                new_caches.append(c)
-            co_caches = tuple(new_caches)
+            # co_member is env_members(B, M): member m's rows are its static block.
+            co_action, co_caches = partner_actions(self.co_players, co_caches, obs, first,
+                                                   removed, self.num_envs, k_co)
+            co_action = co_action.astype(action.dtype)
             is_co = _rows(state.co_player).reshape((-1,) + (1,) * (action.ndim - 1))
             action = jnp.where(is_co, co_action, action)
         return obs, first, removed, out, action, logp, cache, co_caches
@@ -255,16 +267,17 @@ class PPO:
 
         def act(carry, env_state, ts, key):
             cache, co_caches, co_member, ep_ema, tr_ema = carry
-            k_act, k_member = jax.random.split(key)
+            # Split as when members were redrawn per episode: the action keys stay the same.
+            k_act, _ = jax.random.split(key)
             obs, first, removed, out, action, logp, cache, co_caches = self._act(
                 params, cache, co_caches, co_member, env_state, ts, k_act)
             env_action = action.reshape((b, a) + action.shape[1:])
-            aux = (obs, first, removed, out.value, action, logp, k_member)
+            aux = (obs, first, removed, out.value, action, logp)
             return env_action, (cache, co_caches, co_member, ep_ema, tr_ema), aux
 
         def record(carry, tr: Transition):
             cache, co_caches, co_member, ep_ema, tr_ema = carry
-            obs, first, removed, value, action, logp, k_member = tr.aux
+            obs, first, removed, value, action, logp = tr.aux
             nts = tr.next_timestep
             step = Rollout(
                 obs=obs, first=first, removed=removed, action=action, logp=logp,
@@ -272,8 +285,6 @@ class PPO:
                 truncated=_rows(nts.truncated), valid=_rows(tr.timestep.active & tr.state.ego),
             )
             ep_ema, tr_ema, completed = self._update_stats(ep_ema, tr_ema, nts)
-            redraw = self._draw_members(k_member)
-            co_member = jnp.where(nts.info.episode_done, redraw, co_member)
             ended = (nts.info.episode_done, nts.info.trials) if counters else None
             return (cache, co_caches, co_member, ep_ema, tr_ema), (step, completed, ended)
 

@@ -49,7 +49,7 @@ from jaxdrive.parallel import gather_shares
 from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import Checkpointer
-from jaxdrive.runs.config import RunConfig
+from jaxdrive.runs.config import RunConfig, expand_co_players
 from jaxdrive.runs.load import load_policy, read_run_config, save_config
 from jaxdrive.runs.lock import LOCK_FILE, RunLock
 from jaxdrive.scenarios.pool import make_pool
@@ -317,7 +317,8 @@ class _Run:
         quiet = quiet or not self.main
         self.log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
         # Inputs first: a missing co-player or a damaged checkpoint fails in seconds.
-        self.co_players = [(p.policy, p.params) for p in map(load_policy, config.train.co_players)]
+        self.co_players = [(p.policy, p.params) for p in
+                           map(load_policy, expand_co_players(config.train.co_players))]
         if not resume and self.main:
             save_config(config, run_dir / "config.yaml")
         self.t0 = time.perf_counter()
