@@ -1,5 +1,6 @@
 """WOSAC 2025 realism metrics: hand-computed features and likelihoods, and invariants."""
 
+import dataclasses
 import math
 
 import chex
@@ -374,9 +375,22 @@ def test_realism_scores_shapes_finite_and_metametric_is_weighted_sum():
     inter = (0.1 * out["distance_to_nearest_object"] + 0.25 * out["collision_indication"]
              + 0.1 * out["time_to_collision"]) / 0.45
     assert out["interactive"] == pytest.approx(inter, rel=1e-6)
-    # Feature score = mean over evaluated objects of exp(mean log-likelihood over steps).
+    # Feature score = exp of the mean log-likelihood over the evaluated objects' valid
+    # steps; both evaluated objects have 11 valid speed steps here, so it is the geometric
+    # mean of their per-object likelihoods (each exp of the mean over its own steps).
     assert out["linear_speed"] == pytest.approx(
+        np.sqrt(np.prod(out["linear_speed/per_object"][:2])), rel=1e-5)
+    # ... and the collision score the geometric mean of the objects' Bernoulli terms.
+    assert out["collision_indication"] == pytest.approx(
+        np.sqrt(np.prod(out["collision_indication/per_object"][:2])), rel=1e-5)
+    # The object_mean aggregation: the arithmetic mean of the per-object likelihoods.
+    objects = _scores(_noisy(log, jax.random.PRNGKey(0), 0.5), log,
+                      fn=jax.jit(wosac.realism_scores, static_argnames=STATIC),
+                      config=dataclasses.replace(wosac.WOSAC_2025, aggregation="object_mean"))
+    assert objects["linear_speed"] == pytest.approx(
         out["linear_speed/per_object"][:2].mean(), rel=1e-6)
+    with pytest.raises(ValueError, match="aggregation"):
+        dataclasses.replace(wosac.WOSAC_2025, aggregation="mean")
     assert out["min_ade"] <= out["ade"]
     assert 0.2 < out["ade"] < 1.0  # ~ E|N(0, 0.5^2 I_2)| = 0.63
 
@@ -427,9 +441,11 @@ def test_one_collision_lowers_exactly_the_collision_term():
     assert changed == {"collision_indication", "collision_indication/per_object",
                        "metametric", "interactive", "simulated_collision_rate"}
     # Object 1 (of the 2 evaluated): p(no collision) drops from (4 + c) / (4 + 2c) to
-    # (3 + c) / (4 + 2c); the feature is the mean over the two objects.
+    # (3 + c) / (4 + 2c); the feature is exp of the mean log-probability over the two
+    # objects (their geometric mean).
     c = 0.001
-    drop = ((4 + c) - (3 + c)) / (4 + 2 * c) / 2
+    p_base, p_hit = (4 + c) / (4 + 2 * c), (3 + c) / (4 + 2 * c)
+    drop = p_base - math.sqrt(p_base * p_hit)
     assert float(base["collision_indication"] - one["collision_indication"]) == (
         pytest.approx(drop, rel=1e-5))
     assert float(base["metametric"] - one["metametric"]) == pytest.approx(0.25 * drop, rel=1e-4)
@@ -475,7 +491,7 @@ def test_red_light_input_and_vmap_over_scenarios():
     with_red = jax.jit(wosac.realism_scores, static_argnames=STATIC)
     out = _scores(sim, log, with_red, sim_red_light=sim_red, log_red_light=log_red)
     c = 0.001
-    want = ((1 + c) / (4 + 2 * c) + (4 + c) / (4 + 2 * c)) / 2
+    want = math.sqrt((1 + c) / (4 + 2 * c) * (4 + c) / (4 + 2 * c))  # geometric mean
     assert float(out["traffic_light_violation"]) == pytest.approx(want, rel=1e-5)
     assert float(out["simulated_traffic_light_violation_rate"]) == pytest.approx(1 / 8)
     # vmap over two scenarios (rollouts in lax.map batches of 3: one batch and a

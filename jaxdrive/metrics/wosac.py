@@ -34,9 +34,12 @@ Sources of the numbers (facts, no code taken from them):
   published interaction-feature definitions.)
 - Distance to road edge = the largest signed distance of the box's four corners (> 0
   outside the drivable area); off-road = that distance > 0.
-- Per-object likelihood = exp(mean over the object's valid logged steps of the log
-  probability), the feature score = mean over evaluated objects (the agent-level
-  estimate, ``aggregate_objects = False``, as PufferDrive's docs/wosac.md describes it).
+- Feature score = exp(mean log probability over every evaluated object's valid logged
+  steps) (``WosacConfig.aggregation = "log_mean"``, as Waymo's metrics package computes
+  it; checked against it in docs/realism.md), or with ``"object_mean"`` the mean over
+  evaluated objects of each one's own likelihood, exp(mean over its valid steps) (the
+  agent-level estimate PufferDrive's docs describe). Per-object likelihoods are
+  reported either way.
   With ``independent_timesteps`` the histogram pools the object's R x T simulated samples;
   without it each logged step is scored under the R samples of that step.
 - Groups: kinematic = the four speeds/accelerations, interactive = nearest-object
@@ -161,10 +164,18 @@ GROUPS = {
 }
 
 
+# How a feature's log-likelihoods become its score: ``log_mean``, exp of the mean
+# log-likelihood over every scored (object, step) pair (histograms) or scored object
+# (indications), as Waymo's metrics package computes it; ``object_mean``, the mean over
+# scored objects of each object's own likelihood (the agent-level estimate).
+AGGREGATIONS = ("log_mean", "object_mean")
+
+
 @dataclasses.dataclass(frozen=True)
 class WosacConfig:
-    """One ``HistogramFeature`` or ``BernoulliFeature`` per WOSAC feature (hashable, so it
-    can be a static argument of ``jax.jit``)."""
+    """One ``HistogramFeature`` or ``BernoulliFeature`` per WOSAC feature, and the
+    ``aggregation`` over objects (``AGGREGATIONS``); hashable, so it can be a static
+    argument of ``jax.jit``."""
 
     linear_speed: HistogramFeature
     linear_acceleration: HistogramFeature
@@ -176,6 +187,12 @@ class WosacConfig:
     distance_to_road_edge: HistogramFeature
     offroad_indication: BernoulliFeature
     traffic_light_violation: BernoulliFeature
+    aggregation: str = "log_mean"
+
+    def __post_init__(self):
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"WosacConfig.aggregation must be one of {AGGREGATIONS}, "
+                             f"got {self.aggregation!r}.")
 
     def weight(self, name: str) -> float:
         """Meta-metric weight of feature ``name``."""
@@ -618,7 +635,7 @@ def scores_from_features(
       config: the WOSAC feature configuration (static).
       init_steps: steps [0, init_steps) are context (history) and not scored (static).
     Returns:
-      ``"<feature>"``: () likelihood in [0, 1], mean over scored objects;
+      ``"<feature>"``: () likelihood in [0, 1] over scored objects (``config.aggregation``);
       ``"<feature>/per_object"``: (A,) likelihood (1 for objects not scored);
       ``"metametric"``, ``"kinematic"``, ``"interactive"``, ``"map_based"``: ();
       ``"simulated_collision_rate"``, ``"simulated_offroad_rate"``,
@@ -635,7 +652,10 @@ def scores_from_features(
         scored = evaluated & jnp.any(log_ok, axis=-1)
         per_object = jnp.exp(_masked_mean(ll, log_ok, axis=-1))
         out[name + "/per_object"] = jnp.where(scored, per_object, 1.0)
-        out[name] = _masked_mean(per_object, scored, axis=-1)
+        if config.aggregation == "log_mean":
+            out[name] = jnp.exp(_masked_mean(ll, log_ok & scored[..., None], axis=(-2, -1)))
+        else:
+            out[name] = _masked_mean(per_object, scored, axis=-1)
     rates = {"collision_indication": "simulated_collision_rate",
              "offroad_indication": "simulated_offroad_rate",
              "traffic_light_violation": "simulated_traffic_light_violation_rate"}
@@ -647,7 +667,10 @@ def scores_from_features(
         scored = evaluated & jnp.any(log_ok, axis=-1)
         per_object = jnp.exp(ll)
         out[name + "/per_object"] = jnp.where(scored, per_object, 1.0)
-        out[name] = _masked_mean(per_object, scored, axis=-1)
+        if config.aggregation == "log_mean":
+            out[name] = jnp.exp(_masked_mean(ll, scored, axis=-1))
+        else:
+            out[name] = _masked_mean(per_object, scored, axis=-1)
         out[rates[name]] = _masked_mean(
             sim_any.astype(jnp.float32), jnp.broadcast_to(scored, sim_any.shape),
             axis=(0, 1))
