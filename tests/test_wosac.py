@@ -203,6 +203,22 @@ def test_distance_to_nearest_object_skips_self_and_invalid():
     assert d[2, 1] == wosac.FAR_DISTANCE
 
 
+def test_nearest_object_boxes_have_rounded_corners():
+    # Two 4 x 2 boxes, axis-aligned. Radius r = 0.7 * 2 / 2 = 0.7, cores 2.6 x 0.6.
+    # Face to face (B at x = 6): cores 6 - 2.6 = 3.4 apart, minus 2r: 2.0, the sharp gap.
+    # Corner to corner (B at (4, 2)): the sharp corners touch (0), but the cores' corners
+    # (1.3, 0.3) and (2.7, 1.7) are 1.4 * sqrt(2) apart: 1.4 * sqrt(2) - 1.4 = 0.5799.
+    # With corner_rounding 0 both are the sharp distances.
+    xy = jnp.asarray([[[0.0, 0.0], [0.0, 0.0]], [[6.0, 0.0], [4.0, 2.0]]], jnp.float32)
+    yaw, valid = jnp.zeros((2, 2)), jnp.ones((2, 2), bool)
+    size = jnp.array([4.0, 4.0]), jnp.array([2.0, 2.0])
+    d = np.asarray(nearest_jit(xy, yaw, valid, *size))
+    np.testing.assert_allclose(d[0], [2.0, 1.4 * math.sqrt(2) - 1.4], atol=1e-5)
+    sharp = np.asarray(jax.jit(wosac.distance_to_nearest_object, static_argnums=5)(
+        xy, yaw, valid, *size, 0.0))
+    np.testing.assert_allclose(sharp[0], [2.0, 0.0], atol=1e-5)
+
+
 def _ttc_scene(leader_y, leader_yaw, leader_x0=20.0):
     # Ego (4 x 2) at 10 m/s along +x from 0; leader (4 x 2) at 5 m/s along its heading.
     t = np.arange(3) * DT

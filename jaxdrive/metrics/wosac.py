@@ -24,8 +24,10 @@ Sources of the numbers (facts, no code taken from them):
 - Central differences for speeds and accelerations, validity needing both neighbours,
   heading deltas wrapped after doubling (``wrap(2 * dh) / 2``), 0.1 s steps: the
   published trajectory-feature definitions of the 2024/2025 challenge.
-- Distance to nearest object = signed distance between oriented boxes (negative when
-  they overlap, the Minkowski-difference definition); collision = that distance < 0.
+- Distance to nearest object = signed distance between oriented boxes with rounded
+  corners (radius 0.7 x half the smaller side, as Waymo's package models objects: the
+  distance between the shrunk core boxes minus both radii; negative when they overlap,
+  the Minkowski-difference definition between the cores); collision = that distance < 0.
 - Time to collision along the heading with the object followed: ahead of the front
   bumper (longitudinal distance > 0), heading difference <= 75 deg, lateral overlap of the
   other box with the ego's straight trail (< 0 m), and heading difference <= 10 deg when
@@ -163,6 +165,10 @@ GROUPS = {
     "map_based": ("distance_to_road_edge", "offroad_indication", "traffic_light_violation"),
 }
 
+
+# Boxes in the nearest-object distance and collision have rounded corners: radius
+# CORNER_ROUNDING x half the smaller side (the value Waymo's metrics package uses).
+CORNER_ROUNDING = 0.7
 
 # How a feature's log-likelihoods become its score: ``log_mean``, exp of the mean
 # log-likelihood over every scored (object, step) pair (histograms) or scored object
@@ -403,22 +409,31 @@ def _pair_mask(valid: jax.Array) -> jax.Array:
 
 
 def distance_to_nearest_object(
-    xy: jax.Array, yaw: jax.Array, valid: jax.Array, length: jax.Array, width: jax.Array
+    xy: jax.Array, yaw: jax.Array, valid: jax.Array, length: jax.Array, width: jax.Array,
+    corner_rounding: float = CORNER_ROUNDING,
 ) -> jax.Array:
-    """Signed box distance to the nearest other valid object.
+    """Signed distance to the nearest other valid object, boxes with rounded corners.
+
+    Each box is the set of points within r = ``corner_rounding`` x min(length, width) / 2
+    of its core, the box shrunk by r on every side (0: the sharp box; 1: a capsule), as
+    the challenge's interaction features model objects. The distance between two such
+    shapes is the signed distance between their cores minus both radii.
 
     Args:
       xy: (..., A, T, 2); yaw, valid: (..., A, T); length, width: (A,).
+      corner_rounding: in [0, 1] (static).
     Returns:
       (..., A, T) float32, metres (< 0: overlapping); ``FAR_DISTANCE`` where no other
       object is valid.
     """
+    radius = corner_rounding * jnp.minimum(length, width) / 2
     xy_e, xy_o = _pairs(xy, 1)
     yaw_e, yaw_o = _pairs(yaw, 0)
     size = lambda s: jnp.broadcast_to(s[:, None], yaw.shape[-2:])  # noqa: E731
-    len_e, len_o = _pairs(size(length), 0)
-    wid_e, wid_o = _pairs(size(width), 0)
-    d = box_signed_distance(xy_e, yaw_e, len_e, wid_e, xy_o, yaw_o, len_o, wid_o)
+    len_e, len_o = _pairs(size(length - 2 * radius), 0)
+    wid_e, wid_o = _pairs(size(width - 2 * radius), 0)
+    r_e, r_o = _pairs(size(radius), 0)
+    d = box_signed_distance(xy_e, yaw_e, len_e, wid_e, xy_o, yaw_o, len_o, wid_o) - r_e - r_o
     d = jnp.where(_pair_mask(valid), d, FAR_DISTANCE)
     return jnp.min(d, axis=-2)
 
