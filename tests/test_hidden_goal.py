@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdrive.agents.controllers import constant_velocity
+from jaxdrive.agents.controllers import constant_velocity, lane_follow
 from jaxdrive.env import Env
 from jaxdrive.env.observation import observe
 from jaxdrive.env.rewards import RewardConfig
@@ -206,3 +206,16 @@ def test_the_exit_draw_covers_every_exit_and_keeps_the_scene(gen):
             off = sc.objects.goal[i, a].astype(np.float64) - mouth
             along, across = off @ d, off[0] * d[1] - off[1] * d[0]
             assert lo - 1e-3 <= along <= hi + 1e-3 and abs(across) < 1e-3
+
+
+def test_lane_follow_drives_without_partner_slots(task):
+    """The preset observes no partners (``num_partners: 0``); ``lane_follow`` then acts
+    as with one empty partner slot (no leader either way) instead of failing."""
+    env1 = Env(task["hidden"].config.replace(observation=task["visible_obs"]))
+    env0 = Env(env1.config.replace(observation=task["visible_obs"].replace(num_partners=0)))
+    actions = []
+    for env in (env0, env1):
+        params = env.make_params(task["pool"])
+        state, ts = env.reset_to(params, jnp.int32(2), jax.random.PRNGKey(0))  # one car
+        actions.append(np.asarray(lane_follow(env)(params, state, ts, None)))
+    assert np.array_equal(actions[0], actions[1])

@@ -105,7 +105,8 @@ def lane_follow(
         rel_y = partners[:, PartnerFeature.Y] * ocfg.partner_radius
         half_len = 0.5 * partners[:, PartnerFeature.LENGTH] * ocfg.size_scale
         ahead = obs.partner_mask & (rel_x > 0) & (jnp.abs(rel_y) < 2.2)
-        gap = jnp.min(jnp.where(ahead, rel_x - half_len - 2.5, jnp.inf), axis=-1)
+        gap = jnp.min(jnp.where(ahead, rel_x - half_len - 2.5, jnp.inf), axis=-1,
+                      initial=jnp.inf)  # num_partners may be 0
         v_gap = jnp.maximum(gap - 2.0, 0.0) / 1.5
         target_speed = jnp.minimum(jnp.minimum(max_speed, v_goal), v_gap)
         # The model clips the acceleration to its own bounds.
