@@ -147,6 +147,21 @@ def observe(
     return Observation(ego=ego, partners=partners, road=road, lights=lights)
 
 
+def goal_features(config: ObservationConfig, agents: AgentState,
+                  goal: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The ego's goal rows as ``goal: visible`` writes them, whatever ``config.goal``
+    says (training targets of ``train.aux_goal_coef``): (A,) float32 goal x and y in the
+    agent's frame and goal distance, each / ``goal_scale``, in ``GOAL_FEATURES`` order.
+
+    Args:
+      agents: ``AgentState`` (A,); goal: (A, 2) float32 world positions.
+    """
+    goal_local = geometry.to_local(goal, agents.xy, agents.yaw)
+    goal_dist = jnp.linalg.norm(goal - agents.xy, axis=-1)
+    return (goal_local[:, 0] / config.goal_scale, goal_local[:, 1] / config.goal_scale,
+            goal_dist / config.goal_scale)
+
+
 def _ego_features(config, agents, length, width, goal):
     """(A, EGO_FEATURES) float32; the goal rows are 0 under ``goal: hidden``."""
     if config.goal == "hidden":
@@ -155,13 +170,7 @@ def _ego_features(config, agents, length, width, goal):
         zero = jnp.zeros(agents.xy.shape[:1], jnp.float32)
         goal_rows = dict.fromkeys(GOAL_FEATURES, zero)
     else:
-        goal_local = geometry.to_local(goal, agents.xy, agents.yaw)
-        goal_dist = jnp.linalg.norm(goal - agents.xy, axis=-1)
-        goal_rows = {
-            EgoFeature.GOAL_X: goal_local[:, 0] / config.goal_scale,
-            EgoFeature.GOAL_Y: goal_local[:, 1] / config.goal_scale,
-            EgoFeature.GOAL_DISTANCE: goal_dist / config.goal_scale,
-        }
+        goal_rows = dict(zip(GOAL_FEATURES, goal_features(config, agents, goal), strict=True))
     rows = {
         EgoFeature.SPEED: agents.speed / config.speed_scale,
         EgoFeature.LENGTH: length / config.size_scale,

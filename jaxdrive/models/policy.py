@@ -58,6 +58,11 @@ class PolicyConfig(ConfigBase):
       horizon: H, cache slots per agent (steps of memory); may exceed the episode.
       mlp_ratio: hidden width of the decoder's MLP, in units of model_dim.
       dtype: compute dtype, ``float32`` or ``bfloat16`` (parameters stay float32).
+      aux_goal: add a training-only head that predicts the goal rows of the ego features
+        (goal x, y and distance, as ``goal: visible`` writes them) from the embedding the
+        actor and critic read; ``train.aux_goal_coef`` weights its loss. With the goal
+        hidden, the head can only be right by remembering what earlier trials showed,
+        so its loss teaches the memory what to keep. Acting never reads it.
     """
 
     kind: str = "transformer"
@@ -70,6 +75,7 @@ class PolicyConfig(ConfigBase):
     horizon: int = 64
     mlp_ratio: int = 2
     dtype: str = "float32"
+    aux_goal: bool = False
 
     def __post_init__(self):
         check_choice("kind", self.kind, POLICY_KINDS)
@@ -98,10 +104,13 @@ class PolicyOutput:
     Attributes:
       dist: (..., num_actions) logits, or (..., 2, action_dim) Beta (alpha, beta).
       value: (...) float32.
+      aux_goal: (..., 3) float32 predicted goal rows (``PolicyConfig.aux_goal``, from
+        ``Policy.sequence`` only), else None.
     """
 
     dist: jax.Array
     value: jax.Array
+    aux_goal: jax.Array | None = None
 
 
 class _ActorCritic(nn.Module):
@@ -123,6 +132,9 @@ class _ActorCritic(nn.Module):
                                kernel_init=nn.initializers.orthogonal(0.01))
         self.v_hidden = nn.Dense(c.model_dim, dtype=dt)
         self.v_out = nn.Dense(1, dtype=jnp.float32, kernel_init=nn.initializers.orthogonal(1.0))
+        if c.aux_goal:
+            self.aux_hidden = nn.Dense(c.model_dim, dtype=dt)
+            self.aux_out = nn.Dense(3, dtype=jnp.float32)
 
     def _heads(self, x):
         x = self.ln(x)
@@ -130,10 +142,15 @@ class _ActorCritic(nn.Module):
         value = self.v_out(nn.relu(self.v_hidden(x)).astype(jnp.float32))[..., 0]
         return dist, value
 
+    def _aux_goal(self, x):
+        return self.aux_out(nn.relu(self.aux_hidden(self.ln(x))).astype(jnp.float32))
+
     def __call__(self, obs):  # parameter creation
         x = self.encoder(obs)
         if self.config.kind == "transformer":
             x = self.decoder(x)
+        if self.config.aux_goal:
+            return self._heads(x), self._aux_goal(x)
         return self._heads(x)
 
     def step(self, obs, cache, removed, return_attention=False):
@@ -157,7 +174,10 @@ class _ActorCritic(nn.Module):
             x = self.decoder.sequence(x.reshape((b, t, -1)), cache, first, removed)
             x = x.reshape((b * t, -1))
         dist, value = self._heads(x)
-        return dist.reshape((b, t, -1)), value.reshape((b, t))
+        out = dist.reshape((b, t, -1)), value.reshape((b, t))
+        if self.config.aux_goal:
+            return out + (self._aux_goal(x).reshape((b, t, 3)),)
+        return out
 
 
 class Policy:
@@ -248,16 +268,18 @@ class Policy:
           obs: ``Observation`` with leading axes (B, T).
           first, removed: (B, T) bool, as in ``step``.
         Returns:
-          ``PolicyOutput`` (B, T), equal to stepping through the segment.
+          ``PolicyOutput`` (B, T), equal to stepping through the segment (with
+          ``aux_goal`` when the config has that head).
         """
-        dist, value = self.module.apply(params, obs, cache, first, removed,
-                                        method=_ActorCritic.sequence)
-        return self._output(dist, value)
+        out = self.module.apply(params, obs, cache, first, removed,
+                                method=_ActorCritic.sequence)
+        return self._output(*out)
 
-    def _output(self, dist, value) -> PolicyOutput:
+    def _output(self, dist, value, aux_goal=None) -> PolicyOutput:
         if not self.discrete:
             dist = dist.reshape(dist.shape[:-1] + (2, -1))
-        return PolicyOutput(dist=dist.astype(jnp.float32), value=value.astype(jnp.float32))
+        return PolicyOutput(dist=dist.astype(jnp.float32), value=value.astype(jnp.float32),
+                            aux_goal=aux_goal)
 
     def distribution(self, out: PolicyOutput):
         """``Categorical`` or ``ScaledBeta`` for the outputs' leading shape."""

@@ -77,6 +77,10 @@ class TrainConfig(ConfigBase):
       clip_eps: PPO ratio clip.
       value_clip_eps: clip of the value update around the rollout value (null = off).
       value_coef, entropy_coef: loss weights.
+      aux_goal_coef: weight of the auxiliary goal loss (needs ``policy.aux_goal``): the
+        mean squared error of the policy's goal prediction against the true goal rows of
+        the ego features, which the env computes even when ``observation.goal`` hides
+        them (a training target only; the policy never observes it). 0 = off.
       ema_alpha: weight of the old value in the per-agent EMA of episode metrics.
       co_players: run directories (or checkpoints directories) of frozen partner
         policies for co-player agents (``env.co_player_fraction``), or population
@@ -105,6 +109,7 @@ class TrainConfig(ConfigBase):
     value_clip_eps: float | None = None
     value_coef: float = 0.5
     entropy_coef: float = 0.01
+    aux_goal_coef: float = 0.0
     ema_alpha: float = 0.9
     co_players: tuple[str, ...] = ()
 
@@ -127,6 +132,7 @@ class TrainConfig(ConfigBase):
             check_range("value_clip_eps", self.value_clip_eps, 0.0, None, lo_open=True)
         check_range("value_coef", self.value_coef, 0.0, 1e6)
         check_range("entropy_coef", self.entropy_coef, 0.0, 1e6)
+        check_range("aux_goal_coef", self.aux_goal_coef, 0.0, 1e6)
         check_range("ema_alpha", self.ema_alpha, 0.0, 1.0)
         if self.ema_alpha >= 1.0:
             raise ConfigError("config key 'ema_alpha' must be < 1 (1 would never update).")
@@ -369,6 +375,10 @@ class RunConfig(ConfigBase):
             raise ConfigError(
                 "config key 'validation.seed' equals 'train.seed': the validation scenes "
                 "would be the training scenes; pick another validation.seed.")
+        if self.train.aux_goal_coef > 0 and not self.policy.aux_goal:
+            raise ConfigError(
+                f"config key 'train.aux_goal_coef' = {self.train.aux_goal_coef} needs the "
+                "policy's goal head: set policy.aux_goal: true (or aux_goal_coef: 0).")
         for i in range(self.population.size):
             member_config(self, i)  # each member's config is checked up front
 

@@ -25,6 +25,7 @@ class LossStats:
     approx_kl: jax.Array
     clip_fraction: jax.Array
     valid_steps: jax.Array
+    aux_goal: jax.Array | None = None  # ``train.aux_goal_coef`` > 0 only
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -91,3 +92,11 @@ def ppo_loss(
         valid_steps=jnp.sum(mask.astype(jnp.float32)),
     )
     return total, stats
+
+
+def aux_goal_loss(pred: jax.Array, target: jax.Array, mask: jax.Array) -> jax.Array:
+    """() mean over valid steps of the squared error summed over the last axis (the goal
+    rows): ``pred``, ``target`` (..., 3), ``mask`` (...) bool. Masked steps contribute
+    nothing, not even a NaN."""
+    err = jnp.where(mask[..., None], pred - target, 0.0)
+    return masked_mean(jnp.sum(jnp.square(err), axis=-1), mask)

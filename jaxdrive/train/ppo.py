@@ -36,6 +36,7 @@ from jaxdrive.agents.actors import env_members, partner_actions, partner_caches
 from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.config import ConfigError
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
+from jaxdrive.env.observation import goal_features
 from jaxdrive.metrics.episode import report_values
 from jaxdrive.metrics.registry import report_names
 from jaxdrive.metrics.trials import TrialTotals, adaptation_metrics
@@ -45,7 +46,13 @@ from jaxdrive.parallel import along, check_divisible, constrain, replicated, row
 from jaxdrive.runs.config import RunConfig
 from jaxdrive.telemetry import ema
 from jaxdrive.train.gae import bootstrap_stop, gae
-from jaxdrive.train.losses import LossStats, masked_mean, normalize_advantages, ppo_loss
+from jaxdrive.train.losses import (
+    LossStats,
+    aux_goal_loss,
+    masked_mean,
+    normalize_advantages,
+    ppo_loss,
+)
 from jaxdrive.types import Observation
 
 
@@ -89,6 +96,8 @@ class Rollout:
       action: int32 (T, N) or float32 (T, N, D); logp, value: float32 of the rollout.
       reward, terminated, truncated: emitted by the step taken from ``obs``.
       valid: bool, the step is trained on (acting ego agent).
+      aux_goal_target: float32 (T, N, 3) true goal rows of the acting step's state
+        (``train.aux_goal_coef`` > 0), else None.
     """
 
     obs: Observation
@@ -101,6 +110,7 @@ class Rollout:
     terminated: jax.Array
     truncated: jax.Array
     valid: jax.Array
+    aux_goal_target: jax.Array | None = None
 
 
 def _rows(x: jax.Array) -> jax.Array:
@@ -283,6 +293,7 @@ class PPO:
                 obs=obs, first=first, removed=removed, action=action, logp=logp,
                 value=value, reward=_rows(nts.reward), terminated=_rows(nts.terminated),
                 truncated=_rows(nts.truncated), valid=_rows(tr.timestep.active & tr.state.ego),
+                aux_goal_target=self._aux_goal_target(tr.state),
             )
             ep_ema, tr_ema, completed = self._update_stats(ep_ema, tr_ema, nts)
             ended = (nts.info.episode_done, nts.info.trials) if counters else None
@@ -304,6 +315,21 @@ class PPO:
         totals = None if ended is None else TrialTotals.zeros(
             self.env.config.num_trials).update(*ended)
         return state, traj, jnp.sum(completed.astype(jnp.int32)), totals
+
+    @property
+    def aux_goal(self) -> bool:
+        """Whether the loss has the auxiliary goal term (``train.aux_goal_coef`` > 0)."""
+        return self.config.train.aux_goal_coef > 0
+
+    def _aux_goal_target(self, state: EnvState) -> jax.Array | None:
+        """(B * A, 3) float32 goal rows of ``state`` as ``goal: visible`` would show them,
+        or None without the auxiliary goal loss."""
+        if not self.aux_goal:
+            return None
+        cfg = self.env.config.observation
+        rows = jax.vmap(lambda agents, goal: jnp.stack(goal_features(cfg, agents, goal),
+                                                       axis=-1))(state.agents, state.goal)
+        return _rows(rows)
 
     def _update_stats(self, ep_ema, tr_ema, ts: TimeStep):
         alpha = self.config.train.ema_alpha
@@ -335,10 +361,15 @@ class PPO:
             action = jnp.where(valid[..., None], mb["action"], mid)
         adv = normalize_advantages(mb["advantages"], valid)
         t = self.config.train
-        return ppo_loss(
+        total, stats = ppo_loss(
             dist.log_prob(action), mb["logp"], adv, out.value, mb["value"], mb["returns"],
             dist.entropy(), valid, clip_eps=t.clip_eps, value_clip_eps=t.value_clip_eps,
             value_coef=t.value_coef, entropy_coef=t.entropy_coef)
+        if not self.aux_goal:
+            return total, stats
+        aux = aux_goal_loss(out.aux_goal, mb["aux_goal_target"], valid)
+        total = total + t.aux_goal_coef * aux
+        return total, stats.replace(total=total, aux_goal=aux)
 
     def _update(self, params, opt_state, cache0: KVCache, batch: dict, key):
         t = self.config.train
@@ -392,6 +423,8 @@ class PPO:
             "advantages": to_rows(advantages), "returns": to_rows(returns),
             "valid": to_rows(traj.valid),
         }
+        if self.aux_goal:
+            batch["aux_goal_target"] = to_rows(traj.aux_goal_target)
         key, k_update = jax.random.split(state.key)
         lr = self.schedule(state.iteration * self.updates_per_iteration)
         params, opt_state, stats = self._update(state.params, state.opt_state, cache0, batch,
@@ -419,6 +452,8 @@ class PPO:
             "rollout/advantage_mean": masked_mean(advantages, valid),
             "rollout/agent_episodes": completed.astype(jnp.float32),
         }
+        if self.aux_goal:
+            out["loss/aux_goal"] = stats.aux_goal.mean()
         emitted = ema.emit(state.episode_ema)
         for name in report_names(self.env.metrics):
             out[f"train/{name}"] = emitted[name]
