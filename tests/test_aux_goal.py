@@ -92,7 +92,8 @@ def test_aux_loss_is_the_weighted_mean_squared_goal_error():
           "removed": to_rows(traj.removed), "action": to_rows(traj.action),
           "logp": to_rows(traj.logp), "value": to_rows(traj.value),
           "advantages": np.zeros_like(valid, np.float32),
-          "returns": to_rows(traj.value), "valid": valid, "aux_goal_target": target}
+          "returns": to_rows(traj.value), "valid": valid, "computed": to_rows(traj.computed),
+          "aux_goal_target": target}
     total, stats = jax.jit(ppo._loss)(state.params, cache0, mb)
     out = ppo.policy.sequence(state.params, cache0, mb["obs"], mb["first"], mb["removed"])
     err = np.sum(np.square(np.asarray(out.aux_goal, np.float64) - target), axis=-1)

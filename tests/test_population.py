@@ -120,14 +120,14 @@ def test_training_partners_run_on_their_own_rows_only_and_act_from_frozen_params
     np.testing.assert_array_equal(state.co_member, [0, 0, 0, 1, 1, 1])
 
     out = jax.jit(ppo._act)(*args)
-    action = np.asarray(out[4]).reshape(6, 4)
+    action = np.asarray(out[5]).reshape(6, 4)
     co = np.asarray(state.env_state.co_player) & np.asarray(state.timestep.active)
     ego = np.asarray(state.env_state.ego) & np.asarray(state.timestep.active)
     for i in range(6):
         assert co[i].any()
         assert np.all(action[i][co[i]] == FORCED[i // 3])  # envs 0-2: member 0, 3-5: 1
     assert not np.all(np.isin(action[ego], FORCED))
-    assert [c.pos.shape[0] for c in out[7]] == [12, 12]  # each member's cache: its rows
+    assert [c.pos.shape[0] for c in out[8]] == [12, 12]  # each member's cache: its rows
 
 
 def test_num_envs_not_a_multiple_of_the_members_names_the_key(world):

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.env import Env
+from jaxdrive.models.dense import DenseRows, capacities_for
 from jaxdrive.models.policy import policy_inputs
 
 MEMORY_RESETS = ("episode", "trial")
@@ -109,7 +110,8 @@ def partner_caches(partners, num_envs: int, num_agents: int) -> tuple:
 
 
 def partner_actions(partners, caches: tuple, obs, first: jax.Array, removed: jax.Array,
-                    num_envs: int, key: jax.Array, deterministic: bool = False):
+                    num_envs: int, key: jax.Array, deterministic: bool = False,
+                    rows: jax.Array | None = None, dense_shares: tuple[float, ...] | None = None):
     """Every partner's actions on the rows of its own block of envs.
 
     Args:
@@ -119,6 +121,9 @@ def partner_actions(partners, caches: tuple, obs, first: jax.Array, removed: jax
       num_envs: B.
       key: PRNG key (member m samples with ``fold_in(key, m)``).
       deterministic: act with each distribution's mode.
+      rows: (N,) bool, the rows whose actions count (co-players not removed), with
+        ``dense_shares``: each member's encoder runs on dense buffers of those shares of
+        its block's rows (``jaxdrive.models.dense``); None: on every row of its block.
     Returns:
       ``(actions, caches)``: (N,) int32 or (N, D) float32, each row acted on by its
       env's member (concatenated blocks), and the new caches.
@@ -131,9 +136,12 @@ def partner_actions(partners, caches: tuple, obs, first: jax.Array, removed: jax
         if hi == lo:
             new_caches.append(cache)
             continue
-        rows = slice(lo * a, hi * a)  # static: only this block's rows are computed
-        out, cache = pol.step(params, cache, jax.tree.map(lambda x, r=rows: x[r], obs),
-                              first[rows], removed[rows])
+        block = slice(lo * a, hi * a)  # static: only this block's rows are computed
+        dense = None
+        if rows is not None and dense_shares is not None:
+            dense = DenseRows(rows[block], capacities_for(dense_shares, (hi - lo) * a))
+        out, cache = pol.step(params, cache, jax.tree.map(lambda x, r=block: x[r], obs),
+                              first[block], removed[block], rows=dense)
         dist = pol.distribution(out)
         actions.append(dist.mode() if deterministic
                        else dist.sample(jax.random.fold_in(key, m)))

@@ -32,6 +32,7 @@ from flax import linen as nn
 from flax import struct
 
 from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int
+from jaxdrive.models.dense import DenseRows, dense_apply
 from jaxdrive.models.distributions import Categorical, ScaledBeta
 from jaxdrive.models.encoder import AttentionSceneEncoder, PooledSceneEncoder
 from jaxdrive.models.kv_cache import KVCache
@@ -153,8 +154,12 @@ class _ActorCritic(nn.Module):
             return self._heads(x), self._aux_goal(x)
         return self._heads(x)
 
-    def step(self, obs, cache, removed, return_attention=False):
-        x = self.encoder(obs)
+    def embed(self, obs):
+        """(M,) observations -> (M, model_dim) scene embeddings (row-independent)."""
+        return self.encoder(obs)
+
+    def step(self, x, cache, removed, return_attention=False):
+        """One step from the (N, d) embeddings of ``embed``."""
         if return_attention:
             x, cache, weights = self.decoder.step(x, cache, removed, return_attention=True)
             return self._heads(x), cache, weights
@@ -164,12 +169,12 @@ class _ActorCritic(nn.Module):
             cache = cache.replace(next_pos=cache.next_pos + 1)
         return self._heads(x), cache
 
-    def sequence(self, obs, cache, first, removed):
-        # Per-step parts run on (B*T) rows: XLA CPU handles one batch axis in the token
-        # contractions far better than two.
+    def sequence(self, x, cache, first, removed):
+        """A (B, T) segment from the (B*T, d) embeddings of ``embed``.
+
+        Per-step parts run on (B*T) rows: XLA CPU handles one batch axis in the token
+        contractions far better than two."""
         b, t = first.shape
-        flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
-        x = self.encoder(flat)
         if self.config.kind == "transformer":
             x = self.decoder.sequence(x.reshape((b, t, -1)), cache, first, removed)
             x = x.reshape((b * t, -1))
@@ -227,8 +232,17 @@ class Policy:
         return KVCache.create(num_agents, self._cache_layers, c.horizon, c.heads,
                               c.model_dim // c.heads, DTYPES[c.dtype])
 
+    def embed(self, params, obs: Observation, rows: DenseRows | None = None) -> jax.Array:
+        """(M, model_dim) scene embeddings of observations with one leading axis M; with
+        ``rows`` computed only where ``rows.mask`` (zeros elsewhere, unless more rows
+        than the largest of ``rows.capacities`` are selected: then everywhere;
+        ``jaxdrive.models.dense``)."""
+        return dense_apply(
+            lambda o: self.module.apply(params, o, method=_ActorCritic.embed), obs, rows)
+
     def step(self, params, cache: KVCache, obs: Observation, first: jax.Array,
-             removed: jax.Array, return_attention: bool = False):
+             removed: jax.Array, return_attention: bool = False,
+             rows: DenseRows | None = None):
         """One rollout step of N agents.
 
         Args:
@@ -240,6 +254,12 @@ class Policy:
           return_attention: also return the temporal decoder's attention weights
             (inspection, ``jaxdrive.inspect``; transformer only). Outputs and cache are
             the same either way.
+          rows: ``DenseRows`` over the N rows: run the scene encoder only on the rows
+            whose outputs count (``rows.mask``, e.g. acting ego agents that are not
+            removed). Outputs there, and their cache rows, equal the full batch's to
+            float rounding; the other rows' outputs are meaningless, and so is the
+            memory they write: a row must be selected at every step of its episode at
+            which it is not removed, or not at all. None: every row.
         Returns:
           (``PolicyOutput`` (N,), the updated cache); with ``return_attention`` a third
           item, (num_layers, N, heads, S) float32 weights of this step's query over the
@@ -248,30 +268,41 @@ class Policy:
           ValueError: ``return_attention`` for a policy without memory (``mlp``).
         """
         cache = cache.reset(first)
+        x = self.embed(params, obs, rows)
         if return_attention:
             if self.config.kind != "transformer":
                 raise ValueError(f"policy kind '{self.config.kind}' has no memory, so no "
                                  "attention weights to return; use a transformer policy.")
             (dist, value), cache, weights = self.module.apply(
-                params, obs, cache, removed, True, method=_ActorCritic.step)
+                params, x, cache, removed, True, method=_ActorCritic.step)
             return self._output(dist, value), cache, weights
-        (dist, value), cache = self.module.apply(params, obs, cache, removed,
+        (dist, value), cache = self.module.apply(params, x, cache, removed,
                                                  method=_ActorCritic.step)
         return self._output(dist, value), cache
 
     def sequence(self, params, cache: KVCache, obs: Observation, first: jax.Array,
-                 removed: jax.Array) -> PolicyOutput:
+                 removed: jax.Array, rows: DenseRows | None = None) -> PolicyOutput:
         """A whole (B, T) segment at once (training).
 
         Args:
           cache: ``KVCache`` for B agents as it was before the segment's first step.
           obs: ``Observation`` with leading axes (B, T).
           first, removed: (B, T) bool, as in ``step``.
+          rows: ``DenseRows`` whose mask is (B, T): the steps whose outputs count
+            (capacities count steps): the scene encoder runs only on those steps
+            (``jaxdrive.models.dense``); outputs there equal the full segment's to
+            float rounding, given that the mask holds every step a selected step
+            attends to (the row's earlier steps of the episode that are not removed).
+            None: every step.
         Returns:
           ``PolicyOutput`` (B, T), equal to stepping through the segment (with
           ``aux_goal`` when the config has that head).
         """
-        out = self.module.apply(params, obs, cache, first, removed,
+        b, t = first.shape
+        flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
+        dense = None if rows is None else DenseRows(rows.mask.reshape(b * t), rows.capacities)
+        x = self.embed(params, flat, dense)
+        out = self.module.apply(params, x, cache, first, removed,
                                 method=_ActorCritic.sequence)
         return self._output(*out)
 

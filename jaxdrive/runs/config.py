@@ -90,6 +90,16 @@ class TrainConfig(ConfigBase):
         of M); empty = co-players act with the learner's current parameters (their
         steps are still never trained on). One string is a list of one
         (``--set train.co_players=runs/a``); it is never split into characters.
+      dense_rows: run the policy's scene encoder only on the agent rows that matter
+        (learner: ego agents not removed; co-players: their own rows), gathered into a
+        buffer of fixed capacity, in the rollout and in the PPO epochs
+        (``jaxdrive.models.dense``). ``auto``: buffers of 1/4, 1/2 and 3/4 of the rows,
+        the smallest that holds the live rows runs (batches under 256 rows run whole:
+        each buffer size is one more compiled copy of the policy); a number in (0, 1]: one buffer of
+        that share; ``off``: every row. A step or minibatch with more live rows than the
+        largest buffer runs the whole batch (nothing is dropped);
+        ``rollout/dense_overflow_steps`` and ``loss/dense_overflow_minibatches`` count
+        those. Off on a mesh of several devices.
     """
 
     seed: int = 0
@@ -112,6 +122,7 @@ class TrainConfig(ConfigBase):
     aux_goal_coef: float = 0.0
     ema_alpha: float = 0.9
     co_players: tuple[str, ...] = ()
+    dense_rows: str | float | bool = "auto"
 
     def __post_init__(self):
         check_int("seed", self.seed, 0, 2**31 - 1)
@@ -136,6 +147,13 @@ class TrainConfig(ConfigBase):
         check_range("ema_alpha", self.ema_alpha, 0.0, 1.0)
         if self.ema_alpha >= 1.0:
             raise ConfigError("config key 'ema_alpha' must be < 1 (1 would never update).")
+        if self.dense_rows is False:  # YAML reads a bare off as false
+            object.__setattr__(self, "dense_rows", "off")
+        if isinstance(self.dense_rows, bool) or not (
+                self.dense_rows in ("auto", "off") or (
+                    isinstance(self.dense_rows, int | float) and 0 < self.dense_rows <= 1)):
+            raise ConfigError(f"config key 'dense_rows' must be auto, off or a share of the "
+                              f"agent rows in (0, 1], got {self.dense_rows!r}.")
         if isinstance(self.co_players, str):  # one directory is a list of one
             object.__setattr__(self, "co_players", (self.co_players,))
         if not isinstance(self.co_players, tuple):

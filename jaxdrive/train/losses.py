@@ -26,6 +26,7 @@ class LossStats:
     clip_fraction: jax.Array
     valid_steps: jax.Array
     aux_goal: jax.Array | None = None  # ``train.aux_goal_coef`` > 0 only
+    dense_overflow: jax.Array | None = None  # 1.0: the minibatch overflowed its dense rows
 
 
 def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:

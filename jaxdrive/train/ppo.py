@@ -40,6 +40,7 @@ from jaxdrive.env.observation import goal_features
 from jaxdrive.metrics.episode import report_values
 from jaxdrive.metrics.registry import report_names
 from jaxdrive.metrics.trials import TrialTotals, adaptation_metrics
+from jaxdrive.models.dense import DenseRows, capacities_for, which_buffer
 from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
 from jaxdrive.parallel import along, check_divisible, constrain, replicated, rows_split
@@ -54,6 +55,11 @@ from jaxdrive.train.losses import (
     ppo_loss,
 )
 from jaxdrive.types import Observation
+
+# ``train.dense_rows: auto``: dense buffers of these shares of the rows (the smallest that
+# holds the live rows runs).
+AUTO_SHARES = (0.25, 0.5, 0.75)
+AUTO_MIN_ROWS = 256  # ``auto`` runs batches of fewer rows (or agent-steps) whole
 
 
 @struct.dataclass
@@ -96,6 +102,8 @@ class Rollout:
       action: int32 (T, N) or float32 (T, N, D); logp, value: float32 of the rollout.
       reward, terminated, truncated: emitted by the step taken from ``obs``.
       valid: bool, the step is trained on (acting ego agent).
+      computed: bool, the learner's outputs at this step count (ego agent, not removed:
+        valid steps and the memory they attend); dense rows run the encoder only there.
       aux_goal_target: float32 (T, N, 3) true goal rows of the acting step's state
         (``train.aux_goal_coef`` > 0), else None.
     """
@@ -110,6 +118,7 @@ class Rollout:
     terminated: jax.Array
     truncated: jax.Array
     valid: jax.Array
+    computed: jax.Array
     aux_goal_target: jax.Array | None = None
 
 
@@ -178,6 +187,39 @@ class PPO:
                                 mesh)
             if mesh.size > 1:
                 self.env_step = env.step_batch_sharded(mesh)
+        # Dense rows: buffer sizes as shares of the rows (None = every row). A gather
+        # across devices would cost more than it saves.
+        multi_device = mesh is not None and mesh.size > 1
+        self.dense_shares = None
+        if t.dense_rows != "off" and not multi_device:
+            self.dense_shares = AUTO_SHARES if t.dense_rows == "auto" else (
+                float(t.dense_rows),)
+
+    # ------------------------------------------------------------------ dense rows
+    def _capacities(self, rows: int) -> tuple[int, ...]:
+        # ``auto`` leaves small batches whole: there a gather and one compiled copy per
+        # buffer cost more than the rows they skip.
+        if self.config.train.dense_rows == "auto" and rows < AUTO_MIN_ROWS:
+            return (rows,)
+        return capacities_for(self.dense_shares, rows)
+
+    @property
+    def rollout_capacities(self) -> tuple[int, ...]:
+        """Learner rows of the rollout's dense buffers (``(num_rows,)`` = off)."""
+        return self._capacities(self.num_rows)
+
+    @property
+    def update_capacities(self) -> tuple[int, ...]:
+        """Agent-steps of a minibatch's dense buffers."""
+        t = self.config.train
+        return self._capacities(self.num_rows // t.minibatches * t.rollout_steps)
+
+    @property
+    def dense(self) -> bool:
+        """Whether any policy pass runs on dense rows (a buffer smaller than its batch)."""
+        t = self.config.train
+        return (min(self.rollout_capacities) < self.num_rows or min(self.update_capacities)
+                < self.num_rows // t.minibatches * t.rollout_steps)
 
     # ------------------------------------------------------------------ placement
     def _sharding(self, axis: int | None):
@@ -250,19 +292,25 @@ class PPO:
         """Actions of every agent row: the learner's, and frozen partners' for co-players."""
         obs = jax.tree.map(_rows, ts.obs)
         first, removed = (_rows(x) for x in policy_inputs(ts))
-        out, cache = self.policy.step(params, cache, obs, first, removed)
+        # Outputs that count: acting ego agents, and in trial mode also finished ones that
+        # are not removed (they return next trial, attending to these steps).
+        live = (ts.active | ~ts.removed) if self.trial_mode else ts.active
+        computed = _rows(state.ego & live)
+        rows = DenseRows(computed, self.rollout_capacities)
+        out, cache = self.policy.step(params, cache, obs, first, removed, rows=rows)
         k_learner, k_co = jax.random.split(key)
         dist = self.policy.distribution(out)
         action = dist.sample(k_learner)
         logp = dist.log_prob(action)
         if self.co_players and self.uses_co_players:
             # co_member is env_members(B, M): member m's rows are its static block.
-            co_action, co_caches = partner_actions(self.co_players, co_caches, obs, first,
-                                                   removed, self.num_envs, k_co)
+            co_action, co_caches = partner_actions(
+                self.co_players, co_caches, obs, first, removed, self.num_envs, k_co,
+                rows=_rows(state.co_player) & ~removed, dense_shares=self.dense_shares)
             co_action = co_action.astype(action.dtype)
             is_co = _rows(state.co_player).reshape((-1,) + (1,) * (action.ndim - 1))
             action = jnp.where(is_co, co_action, action)
-        return obs, first, removed, out, action, logp, cache, co_caches
+        return obs, first, removed, computed, out, action, logp, cache, co_caches
 
     def _rollout(self, state: TrainState, env_params: EnvParams):
         """``(state, traj, completed)`` of ``_rollout_totals`` (its trial totals left out)."""
@@ -279,20 +327,21 @@ class PPO:
             cache, co_caches, co_member, ep_ema, tr_ema = carry
             # Split as when members were redrawn per episode: the action keys stay the same.
             k_act, _ = jax.random.split(key)
-            obs, first, removed, out, action, logp, cache, co_caches = self._act(
+            obs, first, removed, computed, out, action, logp, cache, co_caches = self._act(
                 params, cache, co_caches, co_member, env_state, ts, k_act)
             env_action = action.reshape((b, a) + action.shape[1:])
-            aux = (obs, first, removed, out.value, action, logp)
+            aux = (obs, first, removed, computed, out.value, action, logp)
             return env_action, (cache, co_caches, co_member, ep_ema, tr_ema), aux
 
         def record(carry, tr: Transition):
             cache, co_caches, co_member, ep_ema, tr_ema = carry
-            obs, first, removed, value, action, logp = tr.aux
+            obs, first, removed, computed, value, action, logp = tr.aux
             nts = tr.next_timestep
+            valid = _rows(tr.timestep.active & tr.state.ego)
             step = Rollout(
                 obs=obs, first=first, removed=removed, action=action, logp=logp,
                 value=value, reward=_rows(nts.reward), terminated=_rows(nts.terminated),
-                truncated=_rows(nts.truncated), valid=_rows(tr.timestep.active & tr.state.ego),
+                truncated=_rows(nts.truncated), valid=valid, computed=computed,
                 aux_goal_target=self._aux_goal_target(tr.state),
             )
             ep_ema, tr_ema, completed = self._update_stats(ep_ema, tr_ema, nts)
@@ -347,9 +396,12 @@ class PPO:
         return ep_ema, tr_ema, completed
 
     # ------------------------------------------------------------------ update
-    def _loss(self, params, cache: KVCache, mb: dict):
+    def _loss(self, params, cache: KVCache, mb: dict, capacity: int | None = None):
+        """PPO loss of a minibatch; with ``capacity`` the encoder runs on a dense buffer
+        of that many agent-steps (the caller checked that the computed steps fit)."""
         pol = self.policy
-        out = pol.sequence(params, cache, mb["obs"], mb["first"], mb["removed"])
+        rows = None if capacity is None else DenseRows(mb["computed"], capacity, fits=True)
+        out = pol.sequence(params, cache, mb["obs"], mb["first"], mb["removed"], rows=rows)
         dist = pol.distribution(out)
         valid = mb["valid"]
         # A neutral action where the step is masked keeps log_prob (and its gradient)
@@ -371,10 +423,25 @@ class PPO:
         total = total + t.aux_goal_coef * aux
         return total, stats.replace(total=total, aux_goal=aux)
 
+    def _grads(self, params, cache: KVCache, mb: dict):
+        """Gradients and ``LossStats`` of a minibatch. With dense rows, one whole gradient
+        computation per buffer size, the smallest that holds the minibatch's computed
+        steps chosen by ``lax.switch`` (a switch inside the gradient would make every
+        branch carry every other branch's residuals); ``stats.dense_overflow`` is 1.0
+        when none held them and the padded computation ran."""
+        sizes = DenseRows(mb["computed"].reshape(-1), self.update_capacities).sizes
+        grad = lambda cap: (lambda p, c, b: jax.grad(self._loss, has_aux=True)(p, c, b, cap))
+        if not sizes:
+            return grad(None)(params, cache, mb)
+        which = which_buffer(mb["computed"].reshape(-1), sizes)
+        grads, stats = jax.lax.switch(which, [grad(c) for c in sizes] + [grad(None)],
+                                      params, cache, mb)
+        return grads, stats.replace(
+            dense_overflow=(which == len(sizes)).astype(jnp.float32))
+
     def _update(self, params, opt_state, cache0: KVCache, batch: dict, key):
         t = self.config.train
         n, m = self.num_rows, t.minibatches
-        grad_fn = jax.grad(self._loss, has_aux=True)
 
         # Data-parallel: every device holds the whole batch and computes its part of each
         # minibatch's rows; the loss's sums (hence the gradients) are reduced by XLA.
@@ -386,7 +453,7 @@ class PPO:
             cache = _take_cache_rows(cache0, idx)
             if self.mesh is not None:
                 cache = constrain(cache, self._cache_shardings(cache))
-            grads, stats = grad_fn(params, cache, mb)
+            grads, stats = self._grads(params, cache, mb)
             updates, opt_state = self.tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
 
@@ -410,8 +477,10 @@ class PPO:
         ts = state.timestep
         obs = jax.tree.map(_rows, ts.obs)
         first, removed = (_rows(x) for x in policy_inputs(ts))
-        boot, _ = self.policy.step(state.params, state.cache, obs, first, removed)
         next_valid = _rows(ts.active & state.env_state.ego)
+        # Values only where the bootstrap is used (the next step is valid).
+        boot, _ = self.policy.step(state.params, state.cache, obs, first, removed,
+                                   rows=DenseRows(next_valid, self.rollout_capacities))
         stop = bootstrap_stop(traj.terminated, traj.truncated, traj.valid, next_valid)
         advantages, returns = gae(traj.reward, traj.value, boot.value, stop, t.gamma,
                                   t.gae_lambda)
@@ -421,7 +490,7 @@ class PPO:
             "removed": to_rows(traj.removed), "action": to_rows(traj.action),
             "logp": to_rows(traj.logp), "value": to_rows(traj.value),
             "advantages": to_rows(advantages), "returns": to_rows(returns),
-            "valid": to_rows(traj.valid),
+            "valid": to_rows(traj.valid), "computed": to_rows(traj.computed),
         }
         if self.aux_goal:
             batch["aux_goal_target"] = to_rows(traj.aux_goal_target)
@@ -454,6 +523,11 @@ class PPO:
         }
         if self.aux_goal:
             out["loss/aux_goal"] = stats.aux_goal.mean()
+        if self.dense:
+            out["loss/dense_overflow_minibatches"] = stats.dense_overflow.sum()
+            out["rollout/dense_overflow_steps"] = jnp.sum(
+                (jnp.sum(traj.computed, axis=1) > max(self.rollout_capacities)
+                 ).astype(jnp.float32))
         emitted = ema.emit(state.episode_ema)
         for name in report_names(self.env.metrics):
             out[f"train/{name}"] = emitted[name]

@@ -206,45 +206,53 @@ class _StopFlag:
 
 
 def _guarded(train_step):
-    """``train_step`` that also returns ``PARAMS_FINITE`` among its metrics: computed on the
-    device, fetched with the other metrics (no extra host round trip)."""
+    """``train_step`` that also returns ``PARAMS_FINITE`` among its metrics: a (L,) float32
+    flag per inexact leaf of (parameters, optimiser state), 1.0 where every value is
+    finite, computed on the device and fetched with the other metrics (no extra host round
+    trip, and no need to read the state, which the next iteration may already own)."""
     def step(state, env_params):
         state, metrics = train_step(state, env_params)
         leaves = [x for x in jax.tree.leaves((state.params, state.opt_state))
                   if jnp.issubdtype(x.dtype, jnp.inexact)]
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+        finite = jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
         return state, {**metrics, PARAMS_FINITE: finite.astype(jnp.float32)}
 
     return step
 
 
-def _non_finite_params(params) -> list[str]:
-    """Paths of the parameter arrays holding NaN or inf (host side, on failure only)."""
-    flat = jax.tree_util.tree_flatten_with_path(jax.device_get(params))[0]
-    return [jax.tree_util.keystr(path) for path, x in flat
-            if np.issubdtype(np.asarray(x).dtype, np.inexact)
-            and not np.all(np.isfinite(np.asarray(x)))]
+def guarded_leaf_names(state) -> list[str]:
+    """Names of the leaves ``_guarded`` flags, in its order (parameters, then optimiser
+    state; inexact leaves only)."""
+    flat = jax.tree_util.tree_flatten_with_path((state.params, state.opt_state))[0]
+    names = []
+    for path, x in flat:
+        if jnp.issubdtype(x.dtype, jnp.inexact):
+            key = jax.tree_util.keystr(path[1:])
+            names.append(("params" if path[0].idx == 0 else "opt_state") + key)
+    return names
 
 
-def check_finite(it: int, metrics: dict, params) -> None:
+def check_finite(it: int, metrics: dict, flags=None, names=()) -> None:
     """Raises TrainingDiverged if iteration ``it`` produced a non-finite loss or rollout
-    metric or parameter; pops ``PARAMS_FINITE`` from ``metrics``.
+    metric or parameter.
 
     Args:
       it: the iteration just run (1-based).
-      metrics: its fetched metrics (host floats).
-      params: the parameters after it (only read when the flag says non-finite).
+      metrics: its fetched metrics (host floats, ``PARAMS_FINITE`` popped).
+      flags: its (L,) ``PARAMS_FINITE`` flags (None: not checked); names: the L leaf
+        names (``guarded_leaf_names``).
     """
-    params_ok = metrics.pop(PARAMS_FINITE, 1.0) == 1.0
+    bad_leaves = [] if flags is None else [
+        names[i] if i < len(names) else f"leaf {i}" for i in np.flatnonzero(
+            np.asarray(flags) != 1.0)]
     bad = [k for k in sorted(metrics) if k.startswith(GUARDED) and not math.isfinite(metrics[k])]
-    if params_ok and not bad:
+    if not bad_leaves and not bad:
         return
     what = [f"{', '.join(bad)} = {', '.join(str(metrics[k]) for k in bad)}"] if bad else []
-    if not params_ok:
-        names = _non_finite_params(params)
-        shown = ", ".join(names[:5]) + (f" (and {len(names) - 5} more)" if len(names) > 5
-                                         else "")
-        what.append(f"non-finite parameters or optimiser values: {shown or 'optimiser state'}")
+    if bad_leaves:
+        shown = ", ".join(bad_leaves[:5]) + (
+            f" (and {len(bad_leaves) - 5} more)" if len(bad_leaves) > 5 else "")
+        what.append(f"non-finite parameters or optimiser values: {shown}")
     raise TrainingDiverged(
         f"training diverged at iteration {it}: {'; '.join(what)}. Nothing of iteration {it} "
         "was saved; the checkpoints before it are intact. Check the training scenes for NaN "
@@ -505,29 +513,64 @@ class _Run:
                 self.run_evals(it, metrics, final=it == self.n_it)
         return val_due or video_due or eval_due
 
+    def _overlap_ok(self, it: int) -> bool:
+        """Whether iteration ``it + 1`` may be dispatched before iteration ``it``'s metrics
+        are read: nothing after ``it`` needs its state (the next step takes it over, the
+        state being donated) and no other process must agree on the order."""
+        config = self.config
+        if it >= self.n_it or jax.process_count() > 1:
+            return False
+        if self.validator is not None and it % config.validation.every == 0:
+            return False
+        if self.recorder is not None and it % config.video.every == 0:
+            return False
+        if self.evals is not None and (self.evals.due(it) or self.evals.pending > 0):
+            return False
+        if config.checkpoint.every and it % config.checkpoint.every == 0:
+            return False
+        return not (self.scenes is not None and self.scenes.swap_due(it))
+
+    def _dispatch(self):
+        """Start one training iteration (asynchronous): ``(state, metrics, time)``."""
+        tic = time.perf_counter()
+        state, metrics = self.step_fn(self.state, self.env_params)
+        return state, metrics, tic
+
     def loop(self) -> dict:
         """Iterate until ``num_iterations``, Ctrl-C or SIGTERM; log, evaluate and checkpoint.
 
-        Raises TrainingDiverged before logging or saving an iteration with a non-finite
-        loss or parameter."""
+        The next iteration is dispatched before this one's metrics are read whenever
+        nothing in between needs this iteration's state (``_overlap_ok``), so the device
+        does not wait for the host's logging. Raises TrainingDiverged before logging or
+        saving an iteration with a non-finite loss or parameter."""
         config, per_it = self.config, self.per_it
         last: dict = {}
         it = self.start_it
         window_steps, window_s, window_valid = 0, 0.0, 0.0
         compile_s = None
+        pending = None  # iteration it + 1, dispatched
+        leaf_names = guarded_leaf_names(self.state)
+        read_at = 0.0  # when the previous iteration's metrics arrived
         try:
             with _StopFlag() as stop:
-                while it < self.n_it and not self._stop_agreed(stop):
-                    if self.scenes is not None and it > self.start_it and \
-                            self.scenes.swap_due(it):
-                        self.env_params = self.scenes.next_params()
-                        self.state = self.scenes.restart(self.restart_fn, self.state)
-                    tic = time.perf_counter()
-                    self.state, metrics = self.step_fn(self.state, self.env_params)
-                    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                    dt = time.perf_counter() - tic
+                while pending is not None or (it < self.n_it and not self._stop_agreed(stop)):
+                    if pending is None:
+                        if self.scenes is not None and it > self.start_it and \
+                                self.scenes.swap_due(it):
+                            self.env_params = self.scenes.next_params()
+                            self.state = self.scenes.restart(self.restart_fn, self.state)
+                        pending = self._dispatch()
+                    self.state, metrics, started = pending
+                    pending = None
                     it += 1
-                    check_finite(it, metrics, self.state.params)
+                    if not stop.requested and self._overlap_ok(it):
+                        pending = self._dispatch()
+                    metrics = jax.device_get(metrics)
+                    flags = metrics.pop(PARAMS_FINITE, None)
+                    metrics = {k: float(v) for k, v in metrics.items()}
+                    now = time.perf_counter()
+                    dt, read_at = now - max(started, read_at), now
+                    check_finite(it, metrics, flags, leaf_names)
                     if compile_s is None:
                         compile_s = dt
                         metrics["time/compile_s"] = dt
@@ -535,7 +578,7 @@ class _Run:
                         window_steps += per_it
                         window_s += dt
                         window_valid += metrics["rollout/valid_steps"]
-                    final = it == self.n_it or self._stop_agreed(stop)
+                    final = it == self.n_it or (pending is None and self._stop_agreed(stop))
                     extra_due = self._between_steps(it, metrics, final)
                     if it % config.logging.every == 0 or final or extra_due:
                         if window_s > 0:

@@ -1,0 +1,116 @@
+"""Dense rows: run a per-row function only on the rows that matter, at fixed capacities.
+
+Most rows of a driving batch are padding: empty agent slots, agents that already
+finished, co-players the learner does not drive. ``dense_apply`` gathers the rows a
+mask selects into a buffer of static size, runs the function there and scatters the
+results back (zeros elsewhere). With several capacities (e.g. a quarter, half and three
+quarters of the rows) the smallest that holds the selected rows runs (``lax.switch``:
+one branch runs), so the work follows the number of live rows as agents finish, at the
+price of one compiled copy of the function per capacity. When more rows are selected
+than the largest buffer holds, the whole batch runs instead, so nothing is ever
+dropped; the caller counts those fallbacks with ``overflowed``.
+
+The function must treat rows independently (an encoder applied per agent-step): then
+the selected rows' outputs equal the full batch's, up to the float rounding of a
+different batch size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class DenseRows:
+    """Which rows to compute, and how many fit (a pytree: ``capacities`` are static).
+
+    Attributes:
+      mask: (M,) bool, rows whose outputs are needed.
+      capacities: int or tuple of ints, sizes of the dense buffers (the smallest that
+        holds the selected rows runs; any ``>= M`` means the full batch).
+      fits: the caller guarantees that the selection fits the one capacity given (it
+        chose the buffer itself, e.g. around a whole gradient computation, whose
+        ``lax.switch`` would otherwise carry every branch's residuals): no branches.
+    """
+
+    mask: jax.Array
+    capacities: int | tuple[int, ...] = struct.field(pytree_node=False)
+    fits: bool = struct.field(pytree_node=False, default=False)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The distinct capacities below M, ascending (empty: always the full batch)."""
+        caps = (self.capacities,) if isinstance(self.capacities, int) else self.capacities
+        return tuple(sorted({int(c) for c in caps if c < self.mask.shape[0]}))
+
+
+def capacity_for(fraction: float | None, rows: int, multiple: int = 8) -> int:
+    """Static capacity for ``fraction`` of ``rows``, rounded up to ``multiple`` (at most
+    ``rows``; None = ``rows``, i.e. off)."""
+    if fraction is None:
+        return rows
+    want = math.ceil(math.ceil(fraction * rows) / multiple) * multiple
+    return int(min(rows, max(multiple, want)))
+
+
+def capacities_for(fractions, rows: int, multiple: int = 8) -> tuple[int, ...]:
+    """``capacity_for`` of each of ``fractions`` (None: ``(rows,)``, off)."""
+    if fractions is None:
+        return (rows,)
+    return tuple(sorted({capacity_for(f, rows, multiple) for f in fractions}))
+
+
+def which_buffer(mask: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
+    """() int32: index of the smallest of ``sizes`` (ascending) that holds the rows
+    ``mask`` selects; ``len(sizes)`` when none does (the full batch)."""
+    count = jnp.sum(mask.astype(jnp.int32))
+    return jnp.sum((jnp.asarray(sizes, jnp.int32) < count).astype(jnp.int32))
+
+
+def overflowed(rows: DenseRows) -> jax.Array:
+    """() bool: the mask selects more rows than the largest buffer holds (the full batch
+    runs; never with no buffer below M)."""
+    sizes = rows.sizes
+    if not sizes:
+        return jnp.zeros((), bool)
+    return jnp.sum(rows.mask.astype(jnp.int32)) > sizes[-1]
+
+
+def dense_apply(fn, tree, rows: DenseRows | None):
+    """``fn(tree)`` computed on the rows ``rows.mask`` selects.
+
+    Args:
+      fn: pytree with leading axis M -> pytree with leading axis M, row-independent.
+      tree: its input.
+      rows: ``DenseRows`` for the M rows, or None (the full batch).
+    Returns:
+      ``fn``'s output with leading axis M: equal to ``fn(tree)`` at selected rows; zeros
+      at the others when a dense buffer ran, ``fn(tree)`` there when the full batch ran
+      (more rows selected than the largest capacity).
+    """
+    if rows is None or not rows.sizes:
+        return fn(tree)
+    m = rows.mask.shape[0]
+    count = jnp.sum(rows.mask.astype(jnp.int32))
+
+    def dense(cap, tree):
+        (idx,) = jnp.nonzero(rows.mask, size=cap, fill_value=0)
+        out = fn(jax.tree.map(lambda x: x[idx], tree))
+        # Unused buffer slots (fill_value duplicates) scatter out of bounds: dropped.
+        target = jnp.where(jnp.arange(cap) < count, idx, m)
+        return jax.tree.map(
+            lambda o: jnp.zeros((m,) + o.shape[1:], o.dtype).at[target].set(o, mode="drop"),
+            out)
+
+    sizes = rows.sizes
+    if rows.fits:
+        if len(sizes) != 1:
+            raise ValueError(f"DenseRows(fits=True) needs one capacity below the {m} rows, "
+                             f"got {rows.capacities}")
+        return dense(sizes[0], tree)
+    branches = [lambda t, c=c: dense(c, t) for c in sizes] + [fn]
+    return jax.lax.switch(which_buffer(rows.mask, sizes), branches, tree)

@@ -1,0 +1,225 @@
+"""Dense rows (``jaxdrive.models.dense``): the policy's encoder runs only on the rows that
+count, and everything that counts equals the padded path: the gather/scatter itself,
+``Policy.step`` (outputs and the memory it writes) and ``Policy.sequence`` (outputs and
+gradients) with few, many, all and more-than-capacity rows selected, and one whole PPO
+training run (metrics and parameters) with the overflow fallback counted."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from policy_inputs import random_obs
+
+from jaxdrive.config import ConfigError
+from jaxdrive.models.dense import DenseRows, capacities_for, capacity_for, dense_apply, overflowed
+from jaxdrive.models.policy import Policy, PolicyConfig
+from jaxdrive.runs.config import RunConfig, TrainConfig
+from jaxdrive.train.ppo import PPO
+from jaxdrive.train.run import build_env
+
+ATOL = 1e-6
+N = 16
+CAPACITY = 8
+MASKS = {  # (N,) row selections: few, many (= capacity), all (fallback), none
+    "few": np.arange(N) % 5 == 1,
+    "many": np.isin(np.arange(N), [0, 2, 3, 7, 8, 11, 12, 15]),
+    "all": np.ones(N, bool),
+    "none": np.zeros(N, bool),
+}
+
+
+def test_capacity_rounds_up_to_multiples_and_never_exceeds_the_rows():
+    assert capacity_for(None, 100) == 100
+    assert capacity_for(0.5, 100) == 56  # 50 -> next multiple of 8
+    assert capacity_for(0.01, 100) == 8
+    assert capacity_for(1.0, 100) == 100
+    assert capacity_for(0.99, 12) == 12
+    assert capacities_for((0.25, 0.5, 0.75), 64) == (16, 32, 48)
+    assert capacities_for(None, 64) == (64,)
+    assert DenseRows(jnp.zeros(64, bool), (48, 16, 64, 80)).sizes == (16, 48)
+
+
+@pytest.mark.parametrize("capacities", [CAPACITY, (2, 4, CAPACITY)])
+@pytest.mark.parametrize("name", sorted(MASKS))
+def test_dense_apply_equals_the_full_batch_on_selected_rows(name, capacities):
+    mask = jnp.asarray(MASKS[name])
+    x = jnp.arange(N * 3, dtype=jnp.float32).reshape(N, 3)
+    # "size" tells which buffer ran: the batch size fn saw.
+    fn = lambda t: {"a": t * 2.0 + 1.0, "b": jnp.sum(t, axis=1).astype(jnp.int32),
+                    "size": jnp.full(t.shape[0], t.shape[0])}
+    got = jax.jit(lambda t, m: dense_apply(fn, t, DenseRows(m, capacities)))(x, mask)
+    want = fn(x)
+    sel = MASKS[name]
+    for k in ("a", "b"):
+        np.testing.assert_array_equal(np.asarray(got[k])[sel], np.asarray(want[k])[sel])
+    count = int(sel.sum())
+    fits = [c for c in np.atleast_1d(capacities) if c >= count]
+    ran = min(fits) if fits else N  # the smallest buffer that holds the selection
+    assert np.all(np.asarray(got["size"])[sel] == ran)
+    assert bool(overflowed(DenseRows(mask, capacities))) == (not fits)
+    if not fits:  # the whole batch ran: every row is fn's
+        np.testing.assert_array_equal(np.asarray(got["a"]), np.asarray(want["a"]))
+    else:  # a dense buffer ran: unselected rows are zeros
+        assert not np.asarray(got["a"])[~sel].any()
+
+
+def tiny_observation(n, seed):
+    return random_obs(jax.random.key(seed), (n,), num_road=8)
+
+
+def _policy(kind):
+    cfg = PolicyConfig(kind=kind, model_dim=16, token_dim=8, horizon=4, road_group=4)
+    return Policy(cfg, num_actions=5)
+
+
+@pytest.fixture(scope="module", params=["transformer", "mlp"])
+def stepper(request):
+    policy = _policy(request.param)
+    obs = tiny_observation(N, seed=1)
+    params = policy.init(jax.random.key(0), obs)
+
+    @jax.jit
+    def run(obs_seq, first, removed, mask):
+        """Six steps with and without dense rows; outputs and caches of both."""
+        def body(caches, xs):
+            o, f, r = xs
+            dense, full = caches
+            out_d, dense = policy.step(params, dense, o, f, r, rows=DenseRows(mask, CAPACITY))
+            out_f, full = policy.step(params, full, o, f, r)
+            return (dense, full), (out_d, out_f)
+        caches = (policy.init_cache(N), policy.init_cache(N))
+        return jax.lax.scan(body, caches, (obs_seq, first, removed))
+
+    return policy, params, run
+
+
+@pytest.mark.parametrize("name", ["few", "many", "all"])
+def test_step_equals_padded_outputs_and_memory_on_selected_rows(stepper, name):
+    policy, params, run = stepper
+    t = 6
+    obs = jax.tree.map(lambda *x: jnp.stack(x), *[tiny_observation(N, seed=s)
+                                                  for s in range(t)])
+    first = jnp.zeros((t, N), bool).at[0].set(True).at[4, :3].set(True)
+    removed = jnp.zeros((t, N), bool).at[2:4, 1].set(True)  # removed, then back
+    sel = MASKS[name]
+    (dense, full), (out_d, out_f) = run(obs, first, removed, jnp.asarray(sel))
+    np.testing.assert_allclose(np.asarray(out_d.dist)[:, sel], np.asarray(out_f.dist)[:, sel],
+                               atol=ATOL)
+    np.testing.assert_allclose(np.asarray(out_d.value)[:, sel],
+                               np.asarray(out_f.value)[:, sel], atol=ATOL)
+    np.testing.assert_array_equal(np.asarray(dense.next_pos), np.asarray(full.next_pos))
+    np.testing.assert_array_equal(np.asarray(dense.pos), np.asarray(full.pos))
+    np.testing.assert_array_equal(np.asarray(dense.garbage), np.asarray(full.garbage))
+    np.testing.assert_allclose(np.asarray(dense.k)[:, sel], np.asarray(full.k)[:, sel],
+                               atol=ATOL)
+
+
+def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps():
+    policy = _policy("transformer")
+    b, t = 4, 5
+    obs = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]),
+                       tiny_observation(b * t, seed=3))
+    params = policy.init(jax.random.key(1), tiny_observation(b, seed=0))
+    first = jnp.zeros((b, t), bool).at[:, 0].set(True)
+    removed = jnp.zeros((b, t), bool).at[1, 3:].set(True)
+    cache = policy.init_cache(b)
+    weights = jax.random.normal(jax.random.key(2), (b, t, 5))
+
+    def loss(params, rows):
+        out = policy.sequence(params, cache, obs, first, removed, rows=rows)
+        keep = rows.mask if rows is not None else jnp.ones((b, t), bool)
+        return jnp.sum(jnp.where(keep[..., None], out.dist * weights, 0.0)) + jnp.sum(
+            jnp.where(keep, out.value, 0.0))
+
+    grad = jax.jit(jax.value_and_grad(loss))
+
+    @jax.jit
+    def full_grad(params, sel):  # the padded path, the same loss
+        def f(p):
+            out = policy.sequence(p, cache, obs, first, removed)
+            return jnp.sum(jnp.where(sel[..., None], out.dist * weights, 0.0)) + jnp.sum(
+                jnp.where(sel, out.value, 0.0))
+        return jax.value_and_grad(f)(params)
+
+    # The selection must hold every step a selected step attends to (its row's earlier
+    # steps in the episode): whole rows here, as PPO selects ego agents.
+    for cap, picked in ((12, [0, 2]), (8, [0, 1, 3])):  # 10 of 12 steps; 15 > 8: fallback
+        sel = np.zeros((b, t), bool)
+        sel[picked] = True
+        rows = DenseRows(jnp.asarray(sel), cap)
+        assert bool(overflowed(DenseRows(rows.mask.reshape(-1), cap))) == (cap == 8)
+        v_d, g_d = grad(params, rows)
+        v_f, g_f = full_grad(params, jnp.asarray(sel))
+        np.testing.assert_allclose(float(v_d), float(v_f), atol=1e-5)  # a sum of 50 terms
+        for a, c in zip(jax.tree.leaves(g_d), jax.tree.leaves(g_f), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------ a whole PPO run
+BASE = {
+    "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
+            "goal_behavior": "trial", "num_trials": 2, "trial_timeout": 6,
+            "observation": {"num_partners": 3, "num_road": 20},
+            "road_index": {"road_per_cell": 20, "grid_size": 8}},
+    "procedural": {"num_agents": [1, 4], "topology": {"straight": 1.0, "curve": 1.0,
+                                                      "t_junction": 0.0, "intersection": 0.0}},
+    "policy": {"kind": "transformer", "model_dim": 16, "token_dim": 8, "horizon": 16},
+    "train": {"seed": 5, "num_scenes": 4, "num_envs": 4, "rollout_steps": 7, "epochs": 2,
+              "minibatches": 2},
+    "validation": {"every": 0},
+}
+
+
+def _train(dense_rows, iterations=3):
+    config = RunConfig.from_dict({**BASE, "train": {**BASE["train"], "dense_rows": dense_rows}})
+    env, env_params = build_env(config, 0, 4)
+    ppo = PPO(config, env, Policy.for_env(config.policy, env))
+    state = ppo.init(jax.random.key(0), env_params)
+    step = jax.jit(ppo.train_step)
+    metrics, computed = [], []
+    rollout = jax.jit(lambda s: ppo._rollout(s, env_params)[1].computed)
+    for _ in range(iterations):
+        computed.append(np.asarray(rollout(state)))  # what this iteration's rollout runs on
+        state, m = step(state, env_params)
+        metrics.append(jax.device_get(m))
+    return ppo, state, metrics, computed, step
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return _train("off"), _train(0.5)
+
+
+def test_ppo_with_dense_rows_trains_the_same_parameters(runs):
+    (padded, s_p, m_p, _, _), (dense, s_d, m_d, _, _) = runs
+    assert not padded.dense and dense.dense
+    assert dense.rollout_capacities == (8,) and dense.num_rows == 16
+    assert dense.update_capacities == (32,)
+    for a, b in zip(jax.tree.leaves(s_p.params), jax.tree.leaves(s_d.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    for it, (mp, md) in enumerate(zip(m_p, m_d, strict=True)):
+        assert set(md) - set(mp) == {"loss/dense_overflow_minibatches",
+                                     "rollout/dense_overflow_steps"}
+        for k in mp:
+            np.testing.assert_allclose(md[k], mp[k], atol=1e-5, rtol=1e-5,
+                                       err_msg=f"iteration {it}: {k}")
+
+
+def test_overflow_is_counted_and_runs_the_whole_batch(runs):
+    _, (dense, _, metrics, computed, step) = runs
+    counts = [c.sum(axis=1) for c in computed]  # (T,) learner rows per rollout step
+    want = [float((c > 8).sum()) for c in counts]
+    got = [m["rollout/dense_overflow_steps"] for m in metrics]
+    assert got == want
+    assert 0 < sum(want) < sum(len(c) for c in counts)  # both paths ran
+    over = [m["loss/dense_overflow_minibatches"] for m in metrics]
+    assert all(0 <= o <= 4 for o in over)  # 2 epochs x 2 minibatches
+    assert step._cache_size() == 1  # no retrace across iterations
+
+
+def test_dense_rows_config_errors_name_the_key():
+    assert TrainConfig(dense_rows=False).dense_rows == "off"  # YAML's bare off
+    assert TrainConfig(dense_rows=0.6).dense_rows == 0.6
+    for bad in (0, 1.5, "sometimes", True):
+        with pytest.raises(ConfigError, match="dense_rows"):
+            TrainConfig(dense_rows=bad)
