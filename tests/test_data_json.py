@@ -312,3 +312,23 @@ def test_real_legacy_layout_converts_with_inferred_sdc():
         raw = read_json_scene(p)
         assert raw.sdc_inferred in ("is_sdc", "longest_vehicle_track")
         assert raw.valid[raw.sdc_index].all()  # a fully valid track where there is one
+
+
+@pytest.mark.slow
+@needs_real
+def test_bench_env_times_real_scenes_next_to_procedural_ones(tmp_path):
+    import json
+
+    from jaxdrive.bench import cli as bench
+
+    out = tmp_path / "b.json"
+    rc = bench.main(["env", "--envs", "2", "--agents", "16", "--partners", "7", "--road-obs",
+                     "20", "--road-points", "2048", "--steps", "2", "--repeats", "2",
+                     "--scenario", str(DATA), "--json", str(out)])
+    assert rc == 0
+    records = json.loads(out.read_text())["records"]
+    assert [r["scenes"] for r in records] == ["procedural", "real"]
+    real = records[1]
+    assert real["num_real_scenes"] == len(REAL) and real["agents"] == 16
+    assert real["truncated_agents"] > 0  # the scenes hold up to 81 objects
+    assert all(r["agent_steps_per_s"] > 0 for r in records)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import imageio.v3 as imageio
 import jax
@@ -195,6 +196,31 @@ def test_bench_train_cli_writes_policy_steps_per_s_and_compile_s(tmp_path, unint
     assert data["steps_per_s"] > 0 and data["compile_s"] > 0
     assert data["agent_steps_per_iteration"] == STEPS_PER_IT
     assert bench.main(["train", "--config", str(config_file), "--set", "train.epoch=2"]) == 2
+
+
+def test_bench_learn_stops_at_the_first_validation_meeting_the_targets(tmp_path):
+    from jaxdrive.bench import cli as bench
+
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump({**TINY, "logging": {"every": 1,
+                                                               "output_dir": str(tmp_path)}}))
+    out = tmp_path / "learn.json"
+    # Targets any policy meets: the first validation (iteration 2 of 3) ends the run.
+    assert bench.main(["learn", "--config", str(config_file), "--goal", "0", "--collision",
+                       "1", "--offroad", "1", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["reached"] and data["agent_steps"] == 2 * STEPS_PER_IT
+    assert data["validations"] == 1 and data["wall_s"] >= data["train_s"] > 0
+    rows = _lines(Path(data["run_dir"]) / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2] and "val/goal_rate" in rows[-1]
+    # Targets no policy meets: training runs to the cap and says so.
+    assert bench.main(["learn", "--config", str(config_file), "--goal", "1.5", "--json",
+                       str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert not data["reached"] and data["agent_steps"] == 3 * STEPS_PER_IT
+    assert data["validations"] == 2  # iterations 2 and 3 (the final one)
+    assert bench.main(["learn", "--config", str(config_file), "--set",
+                       "validation.every=0"]) == 2
 
 
 def test_training_records_videos_and_the_render_cli_replays_the_checkpoint(

@@ -18,9 +18,11 @@ multi-trial episodes (``goal_behavior: trial``, K trials of the default timeout)
 ``policy``, ``train``, ``render`` and ``eval`` time the policy's paths, whole PPO
 iterations, recordings (env steps with on-device frames) and evaluations; see
 ``jaxdrive.bench.policy``, ``jaxdrive.bench.train``, ``jaxdrive.bench.render`` and
-``jaxdrive.bench.eval``. ``train --devices 1,2,4,8`` times the data-parallel step on
-that many (fake CPU) devices, one worker process per count, interleaved; ``--mesh`` runs
-the data-mesh path even on one device (``jaxdrive.bench.scale``).
+``jaxdrive.bench.eval``. ``learn`` trains until the held-out validation first meets the
+targets and reports the time and agent-steps to get there (``jaxdrive.bench.learn``).
+``train --devices 1,2,4,8`` times the data-parallel step on that many (fake CPU)
+devices, one worker process per count, interleaved; ``--mesh`` runs the data-mesh path
+even on one device (``jaxdrive.bench.scale``).
 """
 
 from __future__ import annotations
@@ -94,17 +96,23 @@ class EnvBench:
     ``record()`` summarises the calls so far as a JSON-ready dict."""
 
     def __init__(self, envs, agents, partners, road_obs, road_points, dynamics, trials=0,
-                 steps=20, repeats=5, pool_size=16, seed=0):
+                 steps=20, repeats=5, pool_size=16, seed=0, scenario=None):
         self.size = dict(envs=envs, agents=agents, partners=partners, road_obs=road_obs,
-                         road_points=road_points, dynamics=dynamics, trials=trials)
+                         road_points=road_points, dynamics=dynamics, trials=trials,
+                         scenes="procedural" if scenario is None else "real")
         self.steps = steps
         self.times: list[float] = []
         self._setup(envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
-                    repeats, pool_size, seed)
+                    repeats, pool_size, seed, scenario)
 
     def _setup(self, envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
-               repeats, pool_size, seed):
-        scen, proc = scene_configs(agents, road_points)
+               repeats, pool_size, seed, scenario):
+        if scenario is None:
+            scen, proc = scene_configs(agents, road_points)
+        else:  # real scenes, padded to ``agents`` slots and ``road_points`` points
+            from jaxdrive.data import load_scenarios, real_data_config
+
+            scen = real_data_config(max_agents=agents, max_road_points=road_points)
         chunk = 10
         cfg = EnvConfig.from_dict({
             "scenario": scen.to_dict(),
@@ -115,7 +123,14 @@ class EnvBench:
             **({"goal_behavior": "trial", "num_trials": trials} if trials else {}),
         })
         t0 = time.perf_counter()
-        scenes = generate_batch(jax.random.key(seed), pool_size, proc, scen)
+        if scenario is None:
+            scenes = generate_batch(jax.random.key(seed), pool_size, proc, scen)
+        else:
+            scenes, report = load_scenarios(list(scenario), scen)
+            scenes = jax.tree.map(jnp.asarray, scenes)  # host arrays -> device
+            self.size["num_real_scenes"] = report["num_scenarios"]
+            self.size["truncated_agents"] = report["truncated_agents"]
+            self.size["truncated_road_points"] = report["truncated_road_points"]
         pool = make_pool(scenes, cfg.road_index)
         env = Env(cfg)
         params = env.make_params(pool)
@@ -198,14 +213,14 @@ def bench_env(envs, agents, partners, road_obs, road_points, dynamics, trials=0,
 
 def _table(records: list[dict]) -> str:
     head = (f"{'envs':>5} {'agents':>6} {'partners':>8} {'road_obs':>8} {'road_pts':>8} "
-            f"{'dynamics':>11} {'trials':>6} {'agent-steps/s':>14} {'step ms':>8} "
-            f"{'compile s':>9} {'pool MB':>8}")
+            f"{'dynamics':>11} {'trials':>6} {'scenes':>10} {'agent-steps/s':>14} "
+            f"{'step ms':>8} {'compile s':>9} {'pool MB':>8}")
     rows = [head, "-" * len(head)]
     for r in records:
         rows.append(
             f"{r['envs']:>5} {r['agents']:>6} {r['partners']:>8} {r['road_obs']:>8} "
             f"{r['road_points']:>8} {r['dynamics']:>11} {r['trials']:>6} "
-            f"{r['agent_steps_per_s']:>14,.0f} "
+            f"{r.get('scenes', 'procedural'):>10} {r['agent_steps_per_s']:>14,.0f} "
             f"{r['step_ms']:>8.2f} {r['compile_s']:>9.1f} {r['pool_bytes'] / 2**20:>8.1f}"
         )
     return "\n".join(rows)
@@ -225,6 +240,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--dynamics", nargs="+", choices=["bicycle", "delta_local"])
     e.add_argument("--trials", type=int, nargs="+",
                    help="trials per episode (goal_behavior: trial); 0 = the plain step")
+    e.add_argument("--scenario", nargs="+", default=None, metavar="FILES_OR_DIR",
+                   help="also time every configuration on these real scenes (JSON, WOMD "
+                        "TFRecord or converted shard directories), padded to --agents "
+                        "slots and --road-points points, interleaved with the procedural "
+                        "ones")
     e.add_argument("--steps", type=int, default=20, help="steps per timed call (a scan)")
     e.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")
     e.add_argument("--json", default="bench_env.json", help="output file")
@@ -259,6 +279,18 @@ def _parser() -> argparse.ArgumentParser:
                         "(with --devices): one device both plain and with the mesh. More "
                         "than one device always uses the mesh")
     t.add_argument("--json", default="bench_train.json", help="output file")
+    g = sub.add_parser("learn", help="time to a good driver: train until the held-out "
+                       "validation meets the targets (or train.total_steps)")
+    g.add_argument("--config", default=None,
+                   help="run config: a file or a preset name; default: the quickstart preset")
+    g.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="KEY=VALUE", help="run config override, e.g. "
+                   "train.total_steps=20000000 (the cap)")
+    g.add_argument("--goal", type=float, default=0.90, help="target goal rate (>=)")
+    g.add_argument("--collision", type=float, default=0.03,
+                   help="target collision rate (<=)")
+    g.add_argument("--offroad", type=float, default=0.03, help="target off-road rate (<=)")
+    g.add_argument("--json", default="bench_learn.json", help="output file")
     r = sub.add_parser("render", help="time recordings: env steps + on-device frames")
     r.add_argument("--envs", type=int, default=64)
     r.add_argument("--steps", type=int, default=91, help="frames per env, one jitted call")
@@ -288,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     configuration)."""
     p = _parser()
     args = p.parse_args(argv)
-    if args.repeats < 1 or getattr(args, "steps", 1) < 1:
+    if getattr(args, "repeats", 1) < 1 or getattr(args, "steps", 1) < 1:
         p.error("--repeats and --steps must be >= 1")
     try:
         check_writable_file(args.json)  # before minutes of benchmarking
@@ -299,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main_policy(p, args, argv)
     if args.what == "train":
         return _main_train(args, argv)
+    if args.what == "learn":
+        return _main_learn(args, argv)
     if args.what == "render":
         return _main_render(args, argv)
     if args.what == "eval":
@@ -320,15 +354,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{jax.devices()[0].device_kind}, {len(configs)} configuration(s), median of "
           f"{args.repeats} runs of {args.steps} steps", flush=True)
     benches = []
-    for c in configs:
+    for c, scenario in itertools.product(configs, [None] + (
+            [args.scenario] if args.scenario else [])):
         try:
-            b = EnvBench(*c, steps=args.steps, repeats=args.repeats)
+            b = EnvBench(*c, steps=args.steps, repeats=args.repeats, scenario=scenario)
         except ConfigError as err:
             print(f"error: {dict(zip(keys, c, strict=True))}: {err}", file=sys.stderr)
             return 2
         benches.append(b)
-        print(f"  compiled {dict(zip(keys, c, strict=True))} in {b.compile_s:.1f} s",
-              flush=True)
+        print(f"  compiled {b.size} in {b.compile_s:.1f} s", flush=True)
     for r in range(args.repeats):
         for b in benches:
             b.time_once()
@@ -392,6 +426,32 @@ def _main_policy(p, args, argv) -> int:
     print()
     print(policy_table(records))
     return _write(args.json, "policy", records, argv)
+
+
+def _main_learn(args, argv) -> int:
+    from jaxdrive.bench.learn import Targets, bench_learn, learn_table
+    from jaxdrive.runs.config import load_run_config
+    from jaxdrive.train.run import new_run_dir
+
+    path = args.config or ("quickstart" if "quickstart" in list_presets() else None)
+    try:
+        path = resolve_config_path(path) if path else None
+        config = load_run_config(path, parse_overrides(args.overrides))
+        targets = Targets(args.goal, args.collision, args.offroad)
+        run_dir = new_run_dir(config, "bench-learn")
+        print(f"jaxdrive bench learn: {config.policy.kind}, backend "
+              f"{jax.default_backend()}, targets goal >= {targets.goal}, collision <= "
+              f"{targets.collision}, off-road <= {targets.offroad} at a validation (every "
+              f"{config.validation.every} iterations), cap {config.train.total_steps:,} "
+              f"agent-steps; run directory {run_dir}", flush=True)
+        rec = bench_learn(config, run_dir, targets)
+    except (ConfigError, OutputError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rec["config"] = str(path)
+    print()
+    print(learn_table([rec]))
+    return _write(args.json, "learn", [rec], argv, top_level=True)
 
 
 def _main_train(args, argv) -> int:

@@ -269,8 +269,13 @@ def _wandb_writer(config: RunConfig, run_dir: Path, resume_id: str | None):
 
 
 def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False,
-          force_unlock: bool = False) -> dict:
+          force_unlock: bool = False, stop_when=None) -> dict:
     """Train (or continue training) in ``run_dir``. Returns the last logged metrics.
+
+    ``stop_when(metrics) -> bool``, if given, is asked after every validation (and every
+    other iteration whose successor was not dispatched early) with the iteration's
+    metrics, ``val/*`` included; True ends the run there as its last iteration (logged
+    and saved), e.g. ``jaxdrive.bench learn``.
 
     ``run_dir`` must exist; a fresh run saves ``config.yaml`` there first. The run holds
     ``run_dir/run.lock`` throughout (``RunLockedError`` if another process holds it;
@@ -285,11 +290,11 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
     """
     run_dir = Path(run_dir)
     if not is_main_process():  # process 0 holds the lock for the whole job
-        return _Run(config, run_dir, resume, quiet).loop()
+        return _Run(config, run_dir, resume, quiet, stop_when).loop()
     with RunLock(run_dir, force=force_unlock) as lock:
         if lock.note and not quiet:
             print(f"note: {lock.note}", flush=True)
-        return _Run(config, run_dir, resume, quiet).loop()
+        return _Run(config, run_dir, resume, quiet, stop_when).loop()
 
 
 def remove_unused_run_dir(run_dir: Path) -> bool:
@@ -317,8 +322,10 @@ def remove_unused_run_dir(run_dir: Path) -> bool:
 class _Run:
     """One training run's host side: setup, the loop, and what runs between steps."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, resume: bool, quiet: bool):
+    def __init__(self, config: RunConfig, run_dir: Path, resume: bool, quiet: bool,
+                 stop_when=None):
         self.config, self.run_dir, self.resume, self.quiet = config, run_dir, resume, quiet
+        self.stop_when, self.stopped_early = stop_when, False
         # Process 0 writes the shared outputs (config, metrics, console, wandb, videos,
         # evaluations); every process computes and takes part in checkpoints.
         self.main = is_main_process()
@@ -553,7 +560,8 @@ class _Run:
         read_at = 0.0  # when the previous iteration's metrics arrived
         try:
             with _StopFlag() as stop:
-                while pending is not None or (it < self.n_it and not self._stop_agreed(stop)):
+                while pending is not None or (it < self.n_it and not self.stopped_early
+                                              and not self._stop_agreed(stop)):
                     if pending is None:
                         if self.scenes is not None and it > self.start_it and \
                                 self.scenes.swap_due(it):
@@ -580,6 +588,10 @@ class _Run:
                         window_valid += metrics["rollout/valid_steps"]
                     final = it == self.n_it or (pending is None and self._stop_agreed(stop))
                     extra_due = self._between_steps(it, metrics, final)
+                    # Only with no successor dispatched: that one would own the state.
+                    if not final and pending is None and self.stop_when is not None and \
+                            self.stop_when(metrics):
+                        final = self.stopped_early = True
                     if it % config.logging.every == 0 or final or extra_due:
                         if window_s > 0:
                             metrics["sps"] = window_steps / window_s
