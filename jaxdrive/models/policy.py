@@ -267,12 +267,12 @@ class Policy:
         Raises:
           ValueError: ``return_attention`` for a policy without memory (``mlp``).
         """
+        if return_attention and self.config.kind != "transformer":
+            raise ValueError(f"policy kind '{self.config.kind}' has no memory, so no "
+                             "attention weights to return; use a transformer policy.")
         cache = cache.reset(first)
         x = self.embed(params, obs, rows)
         if return_attention:
-            if self.config.kind != "transformer":
-                raise ValueError(f"policy kind '{self.config.kind}' has no memory, so no "
-                                 "attention weights to return; use a transformer policy.")
             (dist, value), cache, weights = self.module.apply(
                 params, x, cache, removed, True, method=_ActorCritic.step)
             return self._output(dist, value), cache, weights

@@ -589,8 +589,8 @@ class _Run:
                     final = it == self.n_it or (pending is None and self._stop_agreed(stop))
                     extra_due = self._between_steps(it, metrics, final)
                     # Only with no successor dispatched: that one would own the state.
-                    if not final and pending is None and self.stop_when is not None and \
-                            self.stop_when(metrics):
+                    if pending is None and self.stop_when is not None and \
+                            self.stop_when(metrics) and not final:
                         final = self.stopped_early = True
                     if it % config.logging.every == 0 or final or extra_due:
                         if window_s > 0:
