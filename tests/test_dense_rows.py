@@ -163,9 +163,11 @@ BASE = {
             "road_index": {"road_per_cell": 20, "grid_size": 8}},
     "procedural": {"num_agents": [1, 4], "topology": {"straight": 1.0, "curve": 1.0,
                                                       "t_junction": 0.0, "intersection": 0.0}},
-    "policy": {"kind": "transformer", "model_dim": 16, "token_dim": 8, "horizon": 16},
+    # The auxiliary goal head too: its targets are packed with the other step fields.
+    "policy": {"kind": "transformer", "model_dim": 16, "token_dim": 8, "horizon": 16,
+               "aux_goal": True},
     "train": {"seed": 5, "num_scenes": 4, "num_envs": 4, "rollout_steps": 7, "epochs": 2,
-              "minibatches": 2},
+              "minibatches": 2, "aux_goal_coef": 0.5},
     "validation": {"every": 0},
 }
 

@@ -64,6 +64,13 @@ def capacities_for(fractions, rows: int, multiple: int = 8) -> tuple[int, ...]:
     return tuple(sorted({capacity_for(f, rows, multiple) for f in fractions}))
 
 
+def dense_indices(mask: jax.Array, capacity: int) -> tuple[jax.Array, jax.Array]:
+    """The rows ``mask`` (M,) selects, packed: ``(idx, used)``, both (capacity,): the
+    selected rows' indices in order, then index 0 in the unused slots (``used`` False)."""
+    (idx,) = jnp.nonzero(mask, size=capacity, fill_value=0)
+    return idx, jnp.arange(capacity) < jnp.sum(mask.astype(jnp.int32))
+
+
 def which_buffer(mask: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
     """() int32: index of the smallest of ``sizes`` (ascending) that holds the rows
     ``mask`` selects; ``len(sizes)`` when none does (the full batch)."""
@@ -95,13 +102,12 @@ def dense_apply(fn, tree, rows: DenseRows | None):
     if rows is None or not rows.sizes:
         return fn(tree)
     m = rows.mask.shape[0]
-    count = jnp.sum(rows.mask.astype(jnp.int32))
 
     def dense(cap, tree):
-        (idx,) = jnp.nonzero(rows.mask, size=cap, fill_value=0)
+        idx, used = dense_indices(rows.mask, cap)
         out = fn(jax.tree.map(lambda x: x[idx], tree))
-        # Unused buffer slots (fill_value duplicates) scatter out of bounds: dropped.
-        target = jnp.where(jnp.arange(cap) < count, idx, m)
+        # Unused buffer slots (duplicates of row 0) scatter out of bounds: dropped.
+        target = jnp.where(used, idx, m)
         return jax.tree.map(
             lambda o: jnp.zeros((m,) + o.shape[1:], o.dtype).at[target].set(o, mode="drop"),
             out)

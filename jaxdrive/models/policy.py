@@ -32,7 +32,7 @@ from flax import linen as nn
 from flax import struct
 
 from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int
-from jaxdrive.models.dense import DenseRows, dense_apply
+from jaxdrive.models.dense import DenseRows, dense_apply, dense_indices
 from jaxdrive.models.distributions import Categorical, ScaledBeta
 from jaxdrive.models.encoder import AttentionSceneEncoder, PooledSceneEncoder
 from jaxdrive.models.kv_cache import KVCache
@@ -169,20 +169,29 @@ class _ActorCritic(nn.Module):
             cache = cache.replace(next_pos=cache.next_pos + 1)
         return self._heads(x), cache
 
+    def decode(self, x, cache, first, removed):
+        """(B*T, d) embeddings of a (B, T) segment -> (B*T, d) inputs of the heads (the
+        temporal decoder; the identity without memory)."""
+        if self.config.kind != "transformer":
+            return x
+        b, t = first.shape
+        x = self.decoder.sequence(x.reshape((b, t, -1)), cache, first, removed)
+        return x.reshape((b * t, -1))
+
+    def heads(self, x):
+        """(M, d) -> (dist (M, out), value (M,)[, aux goal (M, 3)]), row-independent."""
+        if self.config.aux_goal:
+            return self._heads(x) + (self._aux_goal(x),)
+        return self._heads(x)
+
     def sequence(self, x, cache, first, removed):
         """A (B, T) segment from the (B*T, d) embeddings of ``embed``.
 
         Per-step parts run on (B*T) rows: XLA CPU handles one batch axis in the token
         contractions far better than two."""
         b, t = first.shape
-        if self.config.kind == "transformer":
-            x = self.decoder.sequence(x.reshape((b, t, -1)), cache, first, removed)
-            x = x.reshape((b * t, -1))
-        dist, value = self._heads(x)
-        out = dist.reshape((b, t, -1)), value.reshape((b, t))
-        if self.config.aux_goal:
-            return out + (self._aux_goal(x).reshape((b, t, 3)),)
-        return out
+        out = self.heads(self.decode(x, cache, first, removed))
+        return tuple(o.reshape((b, t) + o.shape[1:]) for o in out)
 
 
 class Policy:
@@ -305,6 +314,33 @@ class Policy:
         out = self.module.apply(params, x, cache, first, removed,
                                 method=_ActorCritic.sequence)
         return self._output(*out)
+
+    def sequence_at(self, params, cache: KVCache, obs: Observation, first: jax.Array,
+                    removed: jax.Array, mask: jax.Array, capacity: int):
+        """``sequence``'s outputs at the steps of a (B, T) segment that ``mask`` selects,
+        packed into ``capacity`` slots (training on dense rows): the scene encoder and
+        the heads run on those steps only, the temporal decoder on the whole segment.
+
+        Args:
+          cache, obs, first, removed: as in ``sequence``.
+          mask: (B, T) bool, the steps whose outputs count; it must hold every step a
+            selected step attends to (the row's earlier steps of the episode that are
+            not removed) and at most ``capacity`` steps (the caller checks:
+            ``jaxdrive.models.dense.which_buffer``).
+          capacity: static int.
+        Returns:
+          (``PolicyOutput`` (capacity,), idx (capacity,) int32 flat step index ``b * T +
+          t`` of each slot, used (capacity,) bool: the slot holds a selected step).
+          Outputs at used slots equal ``sequence``'s at those steps to float rounding.
+        """
+        b, t = first.shape
+        flat_mask = mask.reshape(b * t)
+        idx, used = dense_indices(flat_mask, capacity)
+        flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
+        x = self.embed(params, flat, DenseRows(flat_mask, capacity, fits=True))
+        x = self.module.apply(params, x, cache, first, removed, method=_ActorCritic.decode)
+        out = self.module.apply(params, x[idx], method=_ActorCritic.heads)
+        return self._output(*out), idx, used
 
     def _output(self, dist, value, aux_goal=None) -> PolicyOutput:
         if not self.discrete:

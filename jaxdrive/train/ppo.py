@@ -397,29 +397,41 @@ class PPO:
 
     # ------------------------------------------------------------------ update
     def _loss(self, params, cache: KVCache, mb: dict, capacity: int | None = None):
-        """PPO loss of a minibatch; with ``capacity`` the encoder runs on a dense buffer
-        of that many agent-steps (the caller checked that the computed steps fit)."""
+        """PPO loss of a minibatch of (R, T) agent steps. With ``capacity`` the encoder,
+        the heads and the loss terms run on a dense buffer of that many steps, the
+        minibatch's computed ones (the caller checked that they fit): every sum is over
+        the same valid steps, so the loss equals the padded one to float rounding."""
         pol = self.policy
-        rows = None if capacity is None else DenseRows(mb["computed"], capacity, fits=True)
-        out = pol.sequence(params, cache, mb["obs"], mb["first"], mb["removed"], rows=rows)
+        if capacity is None:
+            out = pol.sequence(params, cache, mb["obs"], mb["first"], mb["removed"])
+            step = mb
+        else:
+            out, idx, used = pol.sequence_at(params, cache, mb["obs"], mb["first"],
+                                             mb["removed"], mb["computed"], capacity)
+            at = lambda x: x.reshape((-1,) + x.shape[2:])[idx]
+            step = {k: at(mb[k]) for k in ("action", "logp", "value", "advantages",
+                                            "returns", "valid")
+                    + (("aux_goal_target",) if self.aux_goal else ())}
+            step["valid"] = step["valid"] & used
         dist = pol.distribution(out)
-        valid = mb["valid"]
+        valid = step["valid"]
         # A neutral action where the step is masked keeps log_prob (and its gradient)
         # finite there, so masking can never turn into 0 * inf.
         if pol.discrete:
-            action = jnp.where(valid, mb["action"], 0)
+            action = jnp.where(valid, step["action"], 0)
         else:
             mid = 0.5 * (pol.action_low + pol.action_high)
-            action = jnp.where(valid[..., None], mb["action"], mid)
-        adv = normalize_advantages(mb["advantages"], valid)
+            action = jnp.where(valid[..., None], step["action"], mid)
+        adv = normalize_advantages(step["advantages"], valid)
         t = self.config.train
         total, stats = ppo_loss(
-            dist.log_prob(action), mb["logp"], adv, out.value, mb["value"], mb["returns"],
-            dist.entropy(), valid, clip_eps=t.clip_eps, value_clip_eps=t.value_clip_eps,
-            value_coef=t.value_coef, entropy_coef=t.entropy_coef)
+            dist.log_prob(action), step["logp"], adv, out.value, step["value"],
+            step["returns"], dist.entropy(), valid, clip_eps=t.clip_eps,
+            value_clip_eps=t.value_clip_eps, value_coef=t.value_coef,
+            entropy_coef=t.entropy_coef)
         if not self.aux_goal:
             return total, stats
-        aux = aux_goal_loss(out.aux_goal, mb["aux_goal_target"], valid)
+        aux = aux_goal_loss(out.aux_goal, step["aux_goal_target"], valid)
         total = total + t.aux_goal_coef * aux
         return total, stats.replace(total=total, aux_goal=aux)
 
