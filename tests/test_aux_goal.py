@@ -60,6 +60,7 @@ def test_goal_features_equal_the_visible_rows():
     assert np.any(rows[..., 2] > 0.0)
 
 
+@pytest.mark.slow  # two PPO compiles; the PPO goldens already pin the default (no head)
 def test_head_with_weight_zero_changes_nothing():
     outs = []
     for head in (False, True):

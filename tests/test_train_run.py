@@ -213,14 +213,23 @@ def test_bench_learn_stops_at_the_first_validation_meeting_the_targets(tmp_path)
     assert data["validations"] == 1 and data["wall_s"] >= data["train_s"] > 0
     rows = _lines(Path(data["run_dir"]) / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2] and "val/goal_rate" in rows[-1]
-    # Targets no policy meets: training runs to the cap and says so.
+    assert bench.main(["learn", "--config", str(config_file), "--set",
+                       "validation.every=0"]) == 2
+
+
+@pytest.mark.slow
+def test_bench_learn_runs_to_the_cap_when_the_targets_are_never_met(tmp_path):
+    from jaxdrive.bench import cli as bench
+
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump({**TINY, "logging": {"every": 1,
+                                                               "output_dir": str(tmp_path)}}))
+    out = tmp_path / "learn.json"
     assert bench.main(["learn", "--config", str(config_file), "--goal", "1.5", "--json",
                        str(out)]) == 0
     data = json.loads(out.read_text())
     assert not data["reached"] and data["agent_steps"] == 3 * STEPS_PER_IT
     assert data["validations"] == 2  # iterations 2 and 3 (the final one)
-    assert bench.main(["learn", "--config", str(config_file), "--set",
-                       "validation.every=0"]) == 2
 
 
 def test_training_records_videos_and_the_render_cli_replays_the_checkpoint(

@@ -14,6 +14,13 @@
    ``sequence`` path reruns each row's (T,) segment from the cache the row had at the
    segment start, so the transformer sees the same context as in the rollout.
 
+With dense rows (``train.dense_rows``, ``jaxdrive.models.dense``) the scene encoder runs
+only where outputs count: the learner's ego rows in the rollout (``Rollout.computed``),
+each co-player member's live rows, and in the epochs the minibatch's computed steps,
+packed, with the heads and loss terms (``Policy.sequence_at``; one gradient computation
+per buffer size, chosen by ``lax.switch``). Results equal the padded path's to float
+rounding.
+
 A step is *valid* (trained on) when the agent acts on it, is controlled by the learner
 (ego role) and is not removed; everything else is masked in every loss term and
 statistic (``jaxdrive.train.losses``). Episode metrics are per-agent EMAs
