@@ -198,36 +198,38 @@ def test_bench_train_cli_writes_policy_steps_per_s_and_compile_s(tmp_path, unint
     assert bench.main(["train", "--config", str(config_file), "--set", "train.epoch=2"]) == 2
 
 
-def test_bench_learn_stops_at_the_first_validation_meeting_the_targets(tmp_path):
+def _bench_learn(tmp_path, *args):
+    """``bench learn`` on the tiny config: (exit code, the JSON it wrote, config file)."""
     from jaxdrive.bench import cli as bench
 
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(yaml.safe_dump({**TINY, "logging": {"every": 1,
                                                                "output_dir": str(tmp_path)}}))
     out = tmp_path / "learn.json"
+    rc = bench.main(["learn", "--config", str(config_file), "--json", str(out), *args])
+    return rc, (json.loads(out.read_text()) if rc == 0 else None), config_file
+
+
+def test_bench_learn_stops_at_the_first_validation_meeting_the_targets(tmp_path):
+    from jaxdrive.bench import cli as bench
+
     # Targets any policy meets: the first validation (iteration 2 of 3) ends the run.
-    assert bench.main(["learn", "--config", str(config_file), "--goal", "0", "--collision",
-                       "1", "--offroad", "1", "--json", str(out)]) == 0
-    data = json.loads(out.read_text())
+    rc, data, config_file = _bench_learn(tmp_path, "--goal", "0", "--collision", "1",
+                                         "--offroad", "1")
+    assert rc == 0
     assert data["reached"] and data["agent_steps"] == 2 * STEPS_PER_IT
     assert data["validations"] == 1 and data["wall_s"] >= data["train_s"] > 0
     rows = _lines(Path(data["run_dir"]) / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2] and "val/goal_rate" in rows[-1]
     assert bench.main(["learn", "--config", str(config_file), "--set",
                        "validation.every=0"]) == 2
+    assert bench.main(["learn", "--config", str(config_file), "--goal", "nan"]) == 2
 
 
 @pytest.mark.slow
 def test_bench_learn_runs_to_the_cap_when_the_targets_are_never_met(tmp_path):
-    from jaxdrive.bench import cli as bench
-
-    config_file = tmp_path / "tiny.yaml"
-    config_file.write_text(yaml.safe_dump({**TINY, "logging": {"every": 1,
-                                                               "output_dir": str(tmp_path)}}))
-    out = tmp_path / "learn.json"
-    assert bench.main(["learn", "--config", str(config_file), "--goal", "1.5", "--json",
-                       str(out)]) == 0
-    data = json.loads(out.read_text())
+    rc, data, _ = _bench_learn(tmp_path, "--goal", "1.5")
+    assert rc == 0
     assert not data["reached"] and data["agent_steps"] == 3 * STEPS_PER_IT
     assert data["validations"] == 2  # iterations 2 and 3 (the final one)
 

@@ -10,6 +10,7 @@ included) and of training alone (``time/elapsed_s`` of the run).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,13 @@ class Targets:
     goal: float = 0.90
     collision: float = 0.03
     offroad: float = 0.03
+
+    def __post_init__(self):
+        for name in ("goal", "collision", "offroad"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"--{name} must be a finite rate >= 0 (e.g. 0.9), got "
+                                 f"{value}")
 
     def met(self, metrics: dict) -> bool:
         """Whether an iteration's metrics hold a validation that meets every target."""
