@@ -86,6 +86,7 @@ def test_sequence_matches_step_by_step(horizon, discrete):
     assert np.isfinite(d_seq).all() and np.isfinite(d_step).all()
 
 
+@pytest.mark.slow  # ~60 s; CI's 15-minute budget (run with -m slow)
 def test_removed_observations_change_nothing_and_get_zero_gradient():
     policy, params, obs, context, step = setup(8)
     first, removed = masks()
