@@ -21,7 +21,8 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 LAYERS = (
     # atomic writes and safe names; the data mesh; multi-process setup
     ("files", "parallel", "distributed"),
-    ("types", "config", "geometry"),  # shared pytrees, config plumbing, box/segment math
+    # shared pytrees, config plumbing, box/segment math, k-nearest selection
+    ("types", "config", "geometry", "selection"),
     ("scenarios",),  # procedural generator, scenario shapes, road index, device pool
     ("data",),  # host readers of real scenes (WOMD, JSON), shards, datasets
     ("sim",),  # dynamics models, multi-trial bookkeeping

@@ -36,7 +36,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxdrive import geometry
+from jaxdrive import geometry, selection
 from jaxdrive.config import ConfigBase, check_choice, check_int, check_range
 from jaxdrive.scenarios import road_index, signals
 from jaxdrive.scenarios.pool import ScenarioPool
@@ -188,18 +188,45 @@ def _partner_features(config, agents, visible, length, width, obj_type, trig):
     k = min(config.num_partners, a - 1)
     if k == 0:
         return jnp.zeros((a, PARTNER_FEATURES, 0), jnp.float32)
+    ids = jnp.arange(a)
+    x, y = agents.xy[:, 0], agents.xy[:, 1]
+    vx, vy = agents.vel[:, 0], agents.vel[:, 1]
     cos, sin = trig
-    # All (observer, partner) pairs by broadcasting, rows = observers.
-    c, s = cos[:, None], sin[:, None]
-    dx = agents.xy[None, :, 0] - agents.xy[:, None, 0]
-    dy = agents.xy[None, :, 1] - agents.xy[:, None, 1]
-    dvx = agents.vel[None, :, 0] - agents.vel[:, None, 0]
-    dvy = agents.vel[None, :, 1] - agents.vel[:, None, 1]
-    pc, ps = cos[None, :], sin[None, :]
+    attrs = (x, y, vx, vy, cos, sin, length / config.size_scale,
+             width / config.size_scale, obj_type.astype(jnp.float32), visible)
+    if k == a - 1:
+        # Every other agent: rows for all (observer, agent) pairs by broadcasting, then
+        # each observer's own column dropped: partner j of observer i is agent
+        # j + (j >= i), a select between two shifted slices (no gather).
+        full = _partner_rows(config, agents, visible, cos, sin,
+                             *(v[None, :] for v in attrs))  # (A, F, A)
+        later = (jnp.arange(a - 1)[None, :] >= ids[:, None])[:, None, :]
+        return jnp.where(later, full[:, :, 1:], full[:, :, :-1])
+    # The nearest K (masked partners last), then rows for those K only.
+    dx, dy = x[None, :] - x[:, None], y[None, :] - y[:, None]
     dist2 = dx * dx + dy * dy
     ok = visible[None, :] & visible[:, None] & (dist2 <= config.partner_radius**2)
+    key = jnp.where(ok, dist2, jnp.inf)
+    later = jnp.arange(a - 1)[None, :] >= ids[:, None]  # own column dropped: (A, A - 1)
+    key = jnp.where(later, key[:, 1:], key[:, :-1])
+    pick = selection.smallest_k(key, k)  # (A, K) positions among the others
+    index = pick + (pick >= ids[:, None])  # agent ids
+    return _partner_rows(config, agents, visible, cos, sin, *(v[index] for v in attrs))
+
+
+def _partner_rows(config, agents, visible, cos, sin, px, py, pvx, pvy, pc, ps, plength,
+                  pwidth, ptype, pvisible):
+    """(A, F, P) partner rows from the partners' attributes ``p*`` ((A, P) or (1, P)):
+    position, velocity, cos/sin of yaw, length and width / ``size_scale``, type, visible.
+    Masked partners (not visible, or beyond ``partner_radius``) are zero."""
+    c, s = cos[:, None], sin[:, None]
+    dx = px - agents.xy[:, 0, None]
+    dy = py - agents.xy[:, 1, None]
+    dvx = pvx - agents.vel[:, 0, None]
+    dvy = pvy - agents.vel[:, 1, None]
+    ok = pvisible & visible[:, None] & (dx * dx + dy * dy <= config.partner_radius**2)
     okf = ok.astype(jnp.float32)
-    ones = jnp.ones((a, 1), jnp.float32)
+    ones = jnp.ones_like(okf)
     rows = {
         PartnerFeature.X: (c * dx + s * dy) / config.partner_radius,
         PartnerFeature.Y: (-s * dx + c * dy) / config.partner_radius,
@@ -207,24 +234,13 @@ def _partner_features(config, agents, visible, length, width, obj_type, trig):
         PartnerFeature.SIN_YAW: ps * c - pc * s,  # sin(partner yaw - ego yaw)
         PartnerFeature.VEL_X: (c * dvx + s * dvy) / config.speed_scale,
         PartnerFeature.VEL_Y: (-s * dvx + c * dvy) / config.speed_scale,
-        PartnerFeature.LENGTH: ones * (length / config.size_scale)[None, :],
-        PartnerFeature.WIDTH: ones * (width / config.size_scale)[None, :],
-        PartnerFeature.VALID: ones * jnp.ones((1, a), jnp.float32),
-        PartnerFeature.TYPE: ones * obj_type.astype(jnp.float32)[None, :],
+        PartnerFeature.LENGTH: ones * plength,
+        PartnerFeature.WIDTH: ones * pwidth,
+        PartnerFeature.VALID: ones,
+        PartnerFeature.TYPE: ones * ptype,
     }
-    full = jnp.stack([r * okf for r in _in_schema_order(PartnerFeature, rows)],
-                     axis=1)  # (A, F, A)
-    # Drop each observer's own column: partner j of observer i is agent j + (j >= i),
-    # a select between two shifted slices (no gather).
-    later = (jnp.arange(a - 1)[None, :] >= jnp.arange(a)[:, None])[:, None, :]
-    feats = jnp.where(later, full[:, :, 1:], full[:, :, :-1]).astype(jnp.float32)
-    if k < a - 1:
-        # Nearest K by distance; masked partners sort last.
-        d2 = jnp.where(later[:, 0], dist2[:, 1:], dist2[:, :-1])
-        valid = feats[:, PartnerFeature.VALID, :] > 0.5
-        _, pick = jax.lax.top_k(jnp.where(valid, -d2, -jnp.inf), k)
-        feats = jnp.take_along_axis(feats, pick[:, None, :], axis=2)
-    return feats
+    return jnp.stack([r * okf for r in _in_schema_order(PartnerFeature, rows)],
+                     axis=1).astype(jnp.float32)
 
 
 def _road_features(config, pool, scenario_id, agents, trig):
@@ -287,7 +303,7 @@ def _light_features(config, pool, scenario_id, agents, log_step, trig):
                       axis=1).astype(jnp.float32)  # (A, F, TL)
     k = min(k_l, stop_xy.shape[0])
     # Nearest k by distance; masked lights sort last (and are zero already).
-    _, pick = jax.lax.top_k(jnp.where(ok, -d2, -jnp.inf), k)
+    pick = selection.smallest_k(jnp.where(ok, d2, jnp.inf), k)
     feats = jnp.take_along_axis(feats, pick[:, None, :], axis=2)
     if k < k_l:
         feats = jnp.pad(feats, ((0, 0), (0, 0), (0, k_l - k)))
