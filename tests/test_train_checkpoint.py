@@ -1,7 +1,9 @@
-"""Checkpointer: bit-exact round trips (typed keys included), last-K and best retention."""
+"""Checkpointer: bit-exact round trips (typed keys included), last-K and best retention,
+saves in a background thread."""
 
 import logging
 import os
+import threading
 
 import flax.linen as nn
 import jax
@@ -11,7 +13,13 @@ import optax
 import orbax.checkpoint as ocp
 import pytest
 
-from jaxdrive.runs.checkpoint import Checkpointer, find_checkpoints
+from jaxdrive.files import OutputError
+from jaxdrive.runs.checkpoint import (
+    BackgroundSaver,
+    Checkpointer,
+    find_checkpoints,
+    host_snapshot,
+)
 
 
 def _train_state(seed: int) -> dict:
@@ -223,3 +231,49 @@ def test_orbax_info_is_dropped_but_its_warnings_pass():
     assert passes(logging.WARNING, orbax_file) is True
     assert passes(logging.ERROR, orbax_file) is True
     assert passes(logging.INFO, __file__) is True
+
+
+def test_background_saves_of_host_snapshots_round_trip_and_run_while_the_caller_goes_on(
+        tmp_path):
+    state = _train_state(0)
+    snapshot = host_snapshot(state)  # NumPy only: the device arrays may be donated now
+    assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(snapshot))
+    ckpt = Checkpointer(tmp_path / "checkpoints", best_metric="score")
+    release, started = threading.Event(), threading.Event()
+    save = ckpt.save
+
+    def held_save(*args):  # the write blocks until the caller has moved on
+        started.set()
+        assert release.wait(timeout=60)
+        return save(*args)
+
+    ckpt.save = held_save
+    saver = BackgroundSaver(ckpt)
+    saver.submit(5, snapshot, {"score": 1.0})
+    assert started.wait(timeout=60)
+    saver.check()  # not finished: returns at once, raises nothing
+    assert ckpt.all_steps() == []  # submit returned before the files were written
+    release.set()
+    saver.submit(6, host_snapshot(_train_state(2)), {"score": 0.5})  # waits for step 5
+    assert 5 in ckpt.all_steps()
+    saver.close()
+    assert ckpt.all_steps() == [5, 6] and ckpt.latest_step("best") == 5
+    restored, meta = Checkpointer(tmp_path / "checkpoints").restore(_train_state(1), step=5)
+    assert meta == {"score": 1.0}
+    _assert_trees_equal(restored, state)  # typed key and empty leaf included
+
+
+def test_a_failed_background_save_is_raised_by_the_next_call(tmp_path):
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+
+    def full_disk(*args):
+        raise OutputError("could not save the checkpoint: No space left on device")
+
+    ckpt.save = full_disk
+    saver = BackgroundSaver(ckpt)
+    saver.submit(1, host_snapshot(_train_state(0)), {})
+    with pytest.raises(OutputError, match="No space left"):
+        saver.wait()
+    saver.wait()  # reported once
+    saver.submit(2, host_snapshot(_train_state(0)), {})
+    saver.close(raise_errors=False)  # another error is being reported: this one is dropped

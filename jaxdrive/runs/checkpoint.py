@@ -13,7 +13,9 @@ rebuild its policy. The best save lives in its own orbax manager, so it survives
 is older than the last K.
 
 Host-side only: never call these inside jit. Saves are synchronous, so a trainer may exit
-right after ``save`` returns (e.g. on Ctrl-C).
+right after ``save`` returns (e.g. on Ctrl-C). ``BackgroundSaver`` runs them in a worker
+thread on host snapshots (``host_snapshot``), so a trainer's device goes on with the next
+iterations while the files are written.
 
 Integrity (``jaxdrive.runs.integrity``): after orbax commits ``last/<step>``, the size and
 SHA-256 of each of its files go to ``last/<step>/checksums.json``; every restore checks
@@ -38,6 +40,7 @@ import math
 import os
 import shutil
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +229,57 @@ def _from_storable(restored: Any, target: Any) -> Any:
         return t if _is_empty(t) else r
 
     return jax.tree.map(load, target, restored)
+
+
+def host_snapshot(state: Any) -> Any:
+    """A host (NumPy) copy of ``state`` in the form ``Checkpointer.save`` stores (typed
+    PRNG keys as key data): once it returns, ``state``'s device buffers may be donated to
+    the next step while the copy is written. Single-process only (a multi-process job's
+    arrays span processes: save those directly)."""
+    return jax.device_get(_to_storable(state))
+
+
+class BackgroundSaver:
+    """``Checkpointer.save`` in one worker thread, one save at a time.
+
+    ``submit`` waits for the previous save, then starts the next and returns at once;
+    a failed save's error (e.g. ``OutputError`` on a full disk) is raised by the next
+    ``check``, ``submit``, ``wait`` or ``close``, so a trainer learns of it within one
+    iteration. Give it host snapshots (``host_snapshot``), never device arrays that the
+    next step donates.
+    """
+
+    def __init__(self, checkpointer: Checkpointer):
+        self.checkpointer = checkpointer
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="jaxdrive-checkpoint")
+        self._pending: Future | None = None
+
+    def submit(self, step: int, state: Any, metadata: dict) -> None:
+        """Starts saving ``state`` (a host snapshot) at ``step``."""
+        self.wait()
+        self._pending = self._pool.submit(self.checkpointer.save, step, state, metadata)
+
+    def check(self) -> None:
+        """Raises the error of a save that has finished and failed; never blocks."""
+        if self._pending is not None and self._pending.done():
+            self.wait()
+
+    def wait(self) -> None:
+        """Blocks until the running save (if any) is written; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self, raise_errors: bool = True) -> None:
+        """Waits for the running save and stops the thread; with ``raise_errors=False``
+        a failed save's error is dropped (another error is already being reported)."""
+        try:
+            self.wait()
+        except Exception:
+            if raise_errors:
+                raise
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 def _jsonable(x: Any) -> Any:

@@ -48,7 +48,7 @@ from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.parallel import gather_shares
 from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
-from jaxdrive.runs.checkpoint import Checkpointer
+from jaxdrive.runs.checkpoint import BackgroundSaver, Checkpointer, host_snapshot
 from jaxdrive.runs.config import RunConfig, expand_co_players
 from jaxdrive.runs.load import load_policy, read_run_config, save_config
 from jaxdrive.runs.lock import LOCK_FILE, RunLock
@@ -339,6 +339,10 @@ class _Run:
         self.t0 = time.perf_counter()
         self.ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
                                  best_metric=BEST_METRIC)
+        # Single process: checkpoint files are written in a worker thread from host
+        # snapshots while the device runs the next iterations. Multi-process saves are
+        # collective (every process writes its part) and stay in the loop.
+        self.saver = BackgroundSaver(self.ckpt) if jax.process_count() == 1 else None
         resume_meta = self._prepare_resume() if resume else None
         self._build(resume_meta)
         self.start_it, wandb_id = 0, None
@@ -455,14 +459,23 @@ class _Run:
             return self.state.params
         return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), self.state.params)
 
-    def save(self, it: int, metrics: dict) -> None:
+    def save(self, it: int, metrics: dict, wait: bool = False) -> None:
+        """Checkpoint iteration ``it`` (the current state): a host copy now, the files
+        in the background while the next iterations run, unless ``wait`` (a reader needs
+        the files now) or multi-process (collective saves)."""
         if it == self.saved_it:
             return
         meta = {"iteration": it, "step": it * self.per_it, "config": self.config.to_dict(),
                 "wandb_id": None if self.wandb is None else self.wandb.run_id}
         if BEST_METRIC in metrics:
             meta[BEST_METRIC] = metrics[BEST_METRIC]
-        self.ckpt.save(it, self.state, meta)
+        if self.saver is None:
+            self.ckpt.save(it, self.state, meta)
+        elif wait:
+            self.saver.wait()
+            self.ckpt.save(it, self.state, meta)
+        else:
+            self.saver.submit(it, host_snapshot(self.state), meta)
         self.saved_it = it
 
     def run_video(self, it: int, metrics: dict) -> None:
@@ -512,7 +525,7 @@ class _Run:
         # A subprocess evaluator reads the checkpoint saved just before: every process
         # takes part in that save, so they all learn whether process 0 needs it.
         if any_process(eval_due and self.evals.needs_checkpoint(it, it == self.n_it)):
-            self.save(it, metrics)
+            self.save(it, metrics, wait=True)
         with local_devices_only():  # process 0 alone in a multi-process job
             if video_due:
                 self.run_video(it, metrics)
@@ -533,9 +546,15 @@ class _Run:
             return False
         if self.evals is not None and (self.evals.due(it) or self.evals.pending > 0):
             return False
-        if config.checkpoint.every and it % config.checkpoint.every == 0:
+        if self._checkpoint_due(it):
+            # Saved from the state before the next step takes it over; only the copy to
+            # the host waits (the files are written in the background, ``save``).
             return False
         return not (self.scenes is not None and self.scenes.swap_due(it))
+
+    def _checkpoint_due(self, it: int) -> bool:
+        every = self.config.checkpoint.every
+        return bool(every) and it % every == 0
 
     def _dispatch(self):
         """Start one training iteration (asynchronous): ``(state, metrics, time)``."""
@@ -571,6 +590,8 @@ class _Run:
                     self.state, metrics, started = pending
                     pending = None
                     it += 1
+                    if self.saver is not None:
+                        self.saver.check()  # a failed background save stops the run
                     if not stop.requested and self._overlap_ok(it):
                         pending = self._dispatch()
                     metrics = jax.device_get(metrics)
@@ -602,11 +623,10 @@ class _Run:
                         self._write(it, metrics)
                         window_steps, window_s, window_valid = 0, 0.0, 0.0
                         last = dict(metrics, step=it * per_it)
-                    ckpt_every = config.checkpoint.every
-                    if final or (ckpt_every and it % ckpt_every == 0):
+                    if final or self._checkpoint_due(it):
                         self.save(it, metrics)
                 if stop.requested:
-                    self.save(it, last)
+                    self.save(it, last, wait=True)  # written before "saved" is printed
                 if stop.requested and self.console is not None:
                     self.console.message(
                         f"stopped at iteration {it}; checkpoint saved in "
@@ -628,6 +648,8 @@ class _Run:
         """Closes the writers, the checkpointer and the scene stream, each even if another
         fails; re-raises the first failure if ``raise_errors``."""
         closers = [self.writers.close, self.ckpt.close]
+        if self.saver is not None:  # the last save's files first, then the managers
+            closers.insert(0, lambda: self.saver.close(raise_errors))
         if self.scenes is not None:
             closers.append(self.scenes.close)
         first = None
