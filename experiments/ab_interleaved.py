@@ -29,11 +29,13 @@ import time
 from pathlib import Path
 
 # The throughput field each benchmark reports, and the fields naming one case.
-_RATE = {"env": "agent_steps_per_s", "train": "steps_per_s", "policy": "agent_steps_per_s"}
+# (policy records carry one rate per path: each becomes its own case).
+_RATE = {"env": ("agent_steps_per_s",), "train": ("steps_per_s",),
+         "policy": ("step_agent_steps_per_s", "sequence_agent_steps_per_s")}
 _CASE_KEYS = {
     "env": ("envs", "agents", "dynamics", "trials"),
     "train": ("policy",),
-    "policy": ("policy", "batch", "mode"),
+    "policy": ("policy", "batch"),
 }
 
 
@@ -48,11 +50,13 @@ def _run_bench(tree: Path, bench: str, out: Path) -> dict:
 def _cases(result: dict) -> dict[str, float]:
     """Maps a readable case name to its throughput for one bench JSON."""
     kind = result["benchmark"]
-    rate, keys = _RATE[kind], _CASE_KEYS[kind]
+    rates, keys = _RATE[kind], _CASE_KEYS[kind]
     cases = {}
     for record in result["records"]:
         name = " ".join(f"{k}={record[k]}" for k in keys if k in record)
-        cases[f"{kind} {name}"] = float(record[rate])
+        for rate in rates:
+            path = "" if len(rates) == 1 else " " + rate.split("_")[0]
+            cases[f"{kind} {name}{path}"] = float(record[rate])
     return cases
 
 

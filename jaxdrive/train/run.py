@@ -61,7 +61,8 @@ from jaxdrive.train.validation import make_validator
 BEST_METRIC = "val/goal_rate"
 PARAMS_FINITE = "guard/params_finite"  # 1.0 when every parameter and optimiser value is finite
 GUARDED = ("loss/", "rollout/")  # metrics that are finite whenever training is healthy
-CONSOLE_KEYS = ("train/goal_rate", "train/collision_rate", "train/offroad_rate",
+CONSOLE_KEYS = ("sps_valid",  # trained agent-steps/s (``sps`` counts every agent slot)
+                "train/goal_rate", "train/collision_rate", "train/offroad_rate",
                 "val/goal_rate", "val/collision_rate", "val/offroad_rate",
                 # trial mode only (absent otherwise): per completed episode, and steps
                 "train/trials_goal_reached", "train/trial_mean_length")
