@@ -4,9 +4,9 @@ first, ties by the lower index (what ``lax.top_k(-key, k)`` returns).
 On CPU, ``lax.top_k`` is a per-row custom call: the partner selection of 128-agent scenes
 spent ~40 % of the env step there (``docs/benchmarks.md``). ``smallest_k`` runs a bitonic
 sorting network instead, with the rows on the minor axis so that every compare-exchange
-is a vector operation over rows: 1.9x faster for 1,024 rows of 127 keys, 1.8x for rows
-of 16. Other backends keep ``lax.top_k`` (``lax.platform_dependent``); both give the same
-indices.
+is a vector operation over rows: 1.9x faster for 1,024 rows of 127 keys. Other backends,
+and rows of fewer than ``NETWORK_MIN_KEYS`` keys, keep ``lax.top_k``
+(``lax.platform_dependent``); both give the same indices.
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["smallest_k", "smallest_k_network"]
+__all__ = ["NETWORK_MIN_KEYS", "smallest_k", "smallest_k_network"]
+
+# Rows shorter than this keep ``lax.top_k`` on CPU too: the network's gain there is tens
+# of microseconds per step (e.g. 16 light slots), while its dozens of small fusions add
+# about a second to every compilation of the env step.
+NETWORK_MIN_KEYS = 32
 
 
 def smallest_k(key: jax.Array, k: int) -> jax.Array:
@@ -25,9 +30,11 @@ def smallest_k(key: jax.Array, k: int) -> jax.Array:
         raise ValueError(f"smallest_k: k = {k} must be in [0, {n}] (the row length)")
     if k == 0:
         return jnp.zeros(key.shape[:-1] + (0,), jnp.int32)
+    top_k = lambda x: jax.lax.top_k(-x, k)[1].astype(jnp.int32)  # noqa: E731
+    if n < NETWORK_MIN_KEYS:
+        return top_k(key)
     return jax.lax.platform_dependent(
-        key, cpu=lambda x: smallest_k_network(x, k),
-        default=lambda x: jax.lax.top_k(-x, k)[1].astype(jnp.int32))
+        key, cpu=lambda x: smallest_k_network(x, k), default=top_k)
 
 
 def smallest_k_network(key: jax.Array, k: int) -> jax.Array:

@@ -58,3 +58,17 @@ def test_all_masked_rows_give_index_order_and_k_zero_is_empty():
     assert selection.smallest_k(key, 0).shape == (3, 0)
     with pytest.raises(ValueError, match=r"k = 7 must be in \[0, 6\]"):
         selection.smallest_k(key, 7)
+
+
+def test_cpu_runs_the_network_from_the_threshold_and_top_k_below_it():
+    """The dispatch: on CPU, rows of at least NETWORK_MIN_KEYS keys lower to the network
+    (no TopK custom call), shorter ones to lax.top_k."""
+    def lowered(n):
+        key = jnp.zeros((4, n), jnp.float32)
+        return jax.jit(selection.smallest_k, static_argnums=1).lower(key, 3).as_text()
+
+    n = selection.NETWORK_MIN_KEYS
+    assert "top_k" in lowered(n - 1).lower() or "topk" in lowered(n - 1).lower()
+    if jax.default_backend() == "cpu":
+        text = lowered(n).lower()
+        assert "top_k" not in text and "topk" not in text
