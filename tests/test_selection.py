@@ -26,6 +26,9 @@ def _keys(rng, shape, tie_values=None):
 # (rows, n, k): powers of two and not, k = n, k = 1, the env's partner and light sizes.
 CASES = [(1, 1, 1), (5, 2, 1), (7, 3, 3), (16, 16, 4), (9, 17, 5), (33, 127, 63),
          (4, 64, 64), (3, 100, 7)]
+network = jax.jit(selection.smallest_k_network, static_argnums=1)
+dispatch = jax.jit(selection.smallest_k, static_argnums=1)
+top_k = jax.jit(lambda key, k: jax.lax.top_k(-key, k)[1], static_argnums=1)
 
 
 @pytest.mark.parametrize("rows,n,k", CASES)
@@ -34,17 +37,17 @@ def test_network_and_dispatch_equal_a_stable_sort(rows, n, k):
     for tie_values in (None, 5):
         key = _keys(rng, (rows, n), tie_values)
         want = _reference(key, k)
-        np.testing.assert_array_equal(np.asarray(selection.smallest_k_network(key, k)), want)
-        np.testing.assert_array_equal(np.asarray(selection.smallest_k(key, k)), want)
+        np.testing.assert_array_equal(np.asarray(network(key, k)), want)
+        np.testing.assert_array_equal(np.asarray(dispatch(key, k)), want)
         # lax.top_k on the negated keys is the contract other backends run.
-        np.testing.assert_array_equal(np.asarray(jax.lax.top_k(-key, k)[1]), want)
+        np.testing.assert_array_equal(np.asarray(top_k(key, k)), want)
 
 
 def test_leading_axes_vmap_and_jit():
     rng = np.random.default_rng(0)
     key = _keys(rng, (2, 3, 11), tie_values=4)
     want = _reference(key, 6)
-    got = jax.jit(selection.smallest_k, static_argnums=1)(key, 6)
+    got = dispatch(key, 6)
     assert got.shape == (2, 3, 6) and got.dtype == jnp.int32
     np.testing.assert_array_equal(np.asarray(got), want)
     got = jax.vmap(lambda x: selection.smallest_k(x, 6))(key)
@@ -64,8 +67,7 @@ def test_cpu_runs_the_network_from_the_threshold_and_top_k_below_it():
     """The dispatch: on CPU, rows of at least NETWORK_MIN_KEYS keys lower to the network
     (no TopK custom call), shorter ones to lax.top_k."""
     def lowered(n):
-        key = jnp.zeros((4, n), jnp.float32)
-        return jax.jit(selection.smallest_k, static_argnums=1).lower(key, 3).as_text()
+        return dispatch.lower(jnp.zeros((4, n), jnp.float32), 3).as_text()
 
     n = selection.NETWORK_MIN_KEYS
     assert "top_k" in lowered(n - 1).lower() or "topk" in lowered(n - 1).lower()

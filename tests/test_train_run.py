@@ -19,7 +19,7 @@ from jaxdrive.env import Env
 from jaxdrive.render import cli as render_cli
 from jaxdrive.render.record import VideoConfig
 from jaxdrive.render.video import count_video_frames
-from jaxdrive.runs.config import EvaluationConfig, RunConfig, load_run_config
+from jaxdrive.runs.config import CheckpointConfig, EvaluationConfig, RunConfig, load_run_config
 from jaxdrive.train import cli, run
 
 TINY = {
@@ -98,6 +98,36 @@ def test_run_directory_holds_resolved_config_metrics_and_checkpoints(uninterrupt
                    if p.name.isdigit())
     assert steps == [2, 3]  # keep_last 2
     assert any((run_dir / "checkpoints" / "best").iterdir())
+
+
+def test_validation_overlapped_with_the_next_iteration_gives_the_same_metrics(
+        tmp_path, monkeypatch, uninterrupted):
+    # No checkpoint before the end: iteration 2's validation runs on a copy of its
+    # parameters while iteration 3 is already dispatched (accelerators only by default).
+    full_dir, _ = uninterrupted
+    copies = []
+    params_copy = run._Run._params_copy
+
+    def spy(self):
+        copies.append(self.config.validation.every)
+        return params_copy(self)
+
+    monkeypatch.setattr(run._Run, "_params_copy", spy)
+    # On CPU the loop does not overlap validation (slower there); the path is forced
+    # here to check what it computes.
+    build_extras = run._Run._build_extras
+
+    def overlapping(self):
+        build_extras(self)
+        self.overlap_validation = True
+
+    monkeypatch.setattr(run._Run, "_build_extras", overlapping)
+    config = _config(tmp_path).replace(checkpoint=CheckpointConfig(every=0, keep_last=2))
+    run_dir = run.new_run_dir(config, "tiny")
+    run.train(config, run_dir, quiet=True)
+    assert copies == [2]  # the overlapped path ran, once
+    assert (_without_timing(_lines(run_dir / "metrics.jsonl"))
+            == _without_timing(_lines(full_dir / "metrics.jsonl")))
 
 
 def test_ctrl_c_saves_and_resume_reproduces_the_uninterrupted_run(tmp_path, monkeypatch,

@@ -367,6 +367,11 @@ class _Run:
                                            resume_step=self.start_it * self.per_it)
                                if self.main else None, self.console, self.wandb)
         self.saved_it = self.start_it if resume else -1
+        # Validation of iteration i while i + 1 runs: on accelerators the two queue on the
+        # device and the host never idles it; on CPU they share the cores and both slow
+        # down (quickstart, validation every 2 iterations: 37-38 s -> 43-52 s), so not
+        # there (docs/benchmarks.md).
+        self.overlap_validation = jax.default_backend() != "cpu"
         self._build_extras()
         if resume and self.main:
             self._record_config()
@@ -504,23 +509,37 @@ class _Run:
             for key, path in videos:
                 self.wandb.log_video(key, path, it * self.per_it)
 
-    def run_validation(self, metrics: dict) -> None:
+    def run_validation(self, metrics: dict, params=None) -> None:
+        """Validate ``params`` (default the current state's) into ``metrics``."""
         tv = time.perf_counter()
-        result = self.validator.run(self.policy, self.host_params())
+        result = self.validator.run(self.policy,
+                                    self.host_params() if params is None else params)
         if result.status != "ok":
             raise RuntimeError(f"validation failed: {result.error}")
         metrics.update({f"val/{k}": v for k, v in result.metrics.items()})
         metrics["time/validation_s"] = time.perf_counter() - tv
 
-    def _between_steps(self, it: int, metrics: dict, final: bool) -> bool:
-        """Validation, videos and evaluations due after iteration ``it``; whether any ran
-        (the metrics are then logged whatever ``logging.every`` says)."""
+    def _validation_due(self, it: int, final: bool = False) -> bool:
+        return self.validator is not None and (it % self.config.validation.every == 0
+                                               or final)
+
+    def _params_copy(self):
+        """Iteration's parameters that outlive the state's donation to the next step: a
+        device copy (one device) or the host copy (a mesh)."""
+        if self.mesh is None:
+            return jax.tree.map(jnp.copy, self.state.params)
+        return self.host_params()
+
+    def _between_steps(self, it: int, metrics: dict, final: bool, val_params=None) -> bool:
+        """Validation (of ``val_params`` when the next iteration already owns the state),
+        videos and evaluations due after iteration ``it``; whether any ran (the metrics
+        are then logged whatever ``logging.every`` says)."""
         config = self.config
-        val_due = self.validator is not None and (it % config.validation.every == 0 or final)
+        val_due = self._validation_due(it, final)
         video_due = self.recorder is not None and (it % config.video.every == 0
                                                    or it == self.n_it)
         if val_due:
-            self.run_validation(metrics)
+            self.run_validation(metrics, val_params)
         eval_due = self.evals is not None and (bool(self.evals.due(it, it == self.n_it))
                                                or self.evals.pending > 0)
         # A subprocess evaluator reads the checkpoint saved just before: every process
@@ -541,7 +560,9 @@ class _Run:
         config = self.config
         if it >= self.n_it or jax.process_count() > 1:
             return False
-        if self.validator is not None and it % config.validation.every == 0:
+        if self._validation_due(it) and (self.stop_when is not None
+                                         or not self.overlap_validation):
+            # ``stop_when`` may end the run at a validation: keep its state.
             return False
         if self.recorder is not None and it % config.video.every == 0:
             return False
@@ -593,7 +614,10 @@ class _Run:
                     it += 1
                     if self.saver is not None:
                         self.saver.check()  # a failed background save stops the run
+                    val_params = None
                     if not stop.requested and self._overlap_ok(it):
+                        if self._validation_due(it):  # validated while the next one runs
+                            val_params = self._params_copy()
                         pending = self._dispatch()
                     metrics = jax.device_get(metrics)
                     flags = metrics.pop(PARAMS_FINITE, None)
@@ -609,7 +633,7 @@ class _Run:
                         window_s += dt
                         window_valid += metrics["rollout/valid_steps"]
                     final = it == self.n_it or (pending is None and self._stop_agreed(stop))
-                    extra_due = self._between_steps(it, metrics, final)
+                    extra_due = self._between_steps(it, metrics, final, val_params)
                     # Only with no successor dispatched: that one would own the state.
                     if pending is None and self.stop_when is not None and \
                             self.stop_when(metrics) and not final:
