@@ -20,3 +20,22 @@ else:
     _cache = tempfile.mkdtemp(prefix="jaxdrive-test-xla-")
 jax.config.update("jax_compilation_cache_dir", _cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+# The test modules that take longest (whole-module time on the 2-core CI machine, from
+# `pytest --durations`), run first. pytest-xdist's `--dist loadfile` hands whole
+# modules to the workers in collection order; with the long ones last, one worker ran
+# them alone for minutes at the end while the other sat idle. Longest first (LPT order)
+# keeps both busy to the end. Order within a module is unchanged.
+LONGEST_FIRST = (
+    "test_train_run.py", "test_dense_rows.py", "test_eval.py", "test_realism_eval.py",
+    "test_golden_eval.py", "test_golden_models.py", "test_policy_cache.py",
+    "test_train_step.py", "test_policy_parity.py", "test_data_json.py", "test_trial_env.py",
+    "test_cli.py", "test_aux_goal.py", "test_trial_measurement.py", "test_eval_shards.py",
+    "test_train_data.py", "test_inspect.py", "test_policy.py", "test_golden_env.py",
+    "test_run_reliability.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
