@@ -116,3 +116,23 @@ def test_bench_policy_cli_writes_records(tmp_path):
     assert rec["policy"] == "transformer" and rec["batch"] == 8 and rec["params"] > 0
     assert rec["config"]["model_dim"] == 32
     assert bench.main(["policy", "--set", "modle_dim=32"]) == 2  # typo: clear error
+
+
+def test_batched_heads_layout_equals_the_per_head_one():
+    """``attention_heads: batched`` (one contraction with a heads axis, for backends
+    where that is faster) computes what the per-head loops compute, with the same
+    parameters, in the scene encoder and the temporal decoder."""
+    cfg = PolicyConfig(token_dim=8, model_dim=16, scene_heads=2, heads=2, horizon=6)
+    per_head = Policy(cfg, num_actions=5)
+    batched = Policy(cfg.replace(attention_heads="batched"), num_actions=5)
+    obs = rand_obs()
+    params = perturb(per_head.init(jax.random.key(1), at(obs, 0)), jax.random.key(2))
+    first = jnp.zeros((3, 4), bool).at[:, 0].set(True).at[1, 2].set(True)
+    removed = jnp.zeros((3, 4), bool).at[2, 1].set(True)
+    a = jax.jit(per_head.sequence)(params, per_head.init_cache(3), obs, first, removed)
+    b = jax.jit(batched.sequence)(params, batched.init_cache(3), obs, first, removed)
+    assert np.abs(np.asarray(a.dist)).max() > 0.1
+    np.testing.assert_allclose(b.dist, a.dist, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(b.value, a.value, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="attention_heads"):
+        PolicyConfig(attention_heads="heads")

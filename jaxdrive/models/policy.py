@@ -40,6 +40,7 @@ from jaxdrive.models.transformer import TemporalDecoder
 from jaxdrive.types import Observation
 
 POLICY_KINDS = ("transformer", "mlp")
+ATTENTION_HEADS = ("per_head", "batched")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -64,6 +65,9 @@ class PolicyConfig(ConfigBase):
         actor and critic read; ``train.aux_goal_coef`` weights its loss. With the goal
         hidden, the head can only be right by remembering what earlier trials showed,
         so its loss teaches the memory what to keep. Acting never reads it.
+      attention_heads: how the attention contractions are laid out, ``per_head`` (one
+        per head: ~6x faster on XLA CPU) or ``batched`` (one with a heads axis); the
+        same parameters and, to float rounding, the same outputs.
     """
 
     kind: str = "transformer"
@@ -77,9 +81,11 @@ class PolicyConfig(ConfigBase):
     mlp_ratio: int = 2
     dtype: str = "float32"
     aux_goal: bool = False
+    attention_heads: str = "per_head"
 
     def __post_init__(self):
         check_choice("kind", self.kind, POLICY_KINDS)
+        check_choice("attention_heads", self.attention_heads, ATTENTION_HEADS)
         check_choice("dtype", self.dtype, tuple(DTYPES))
         check_int("token_dim", self.token_dim, 1, 4096)
         check_int("road_group", self.road_group, 1, 4096)
@@ -122,9 +128,11 @@ class _ActorCritic(nn.Module):
         c = self.config
         dt = DTYPES[c.dtype]
         if c.kind == "transformer":
+            batched = c.attention_heads == "batched"
             self.encoder = AttentionSceneEncoder(c.token_dim, c.model_dim, c.scene_heads,
-                                                 c.road_group, dt)
-            self.decoder = TemporalDecoder(c.model_dim, c.heads, c.num_layers, c.mlp_ratio, dt)
+                                                 c.road_group, dt, batched)
+            self.decoder = TemporalDecoder(c.model_dim, c.heads, c.num_layers, c.mlp_ratio, dt,
+                                           batched)
         else:
             self.encoder = PooledSceneEncoder(c.token_dim, c.model_dim, c.road_group, dt)
         self.ln = nn.LayerNorm(dtype=dt)

@@ -33,7 +33,7 @@ def sinusoid(pos: jax.Array, dim: int) -> jax.Array:
     return jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
 
 
-def attention(q: jax.Array, blocks, return_weights: bool = False):
+def attention(q: jax.Array, blocks, return_weights: bool = False, batched: bool = False):
     """Softmax attention over several key blocks with one normaliser.
 
     Args:
@@ -47,6 +47,13 @@ def attention(q: jax.Array, blocks, return_weights: bool = False):
       (B, T, heads, S_i) float32 array of weights per block (masked entries exactly 0).
     """
     scale = 1.0 / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
+    if batched:  # one contraction with a heads axis (``PolicyConfig.attention_heads``)
+        scores = [jnp.einsum("bthd,bshd->bths", q, k).astype(jnp.float32) * scale
+                  for k, _, _ in blocks]
+        weights = joint_softmax(scores, [mask[:, :, None, :] for _, _, mask in blocks])
+        out = sum(jnp.einsum("bths,bshd->bthd", w.astype(v.dtype), v)
+                  for w, (_, v, _) in zip(weights, blocks, strict=True))
+        return (out, weights) if return_weights else out
     heads, head_weights = [], []
     # One head at a time: XLA CPU runs these batched contractions much faster without
     # a heads axis.
@@ -106,6 +113,7 @@ class TemporalDecoder(nn.Module):
     num_layers: int
     mlp_ratio: int = 2
     dtype: jnp.dtype = jnp.float32
+    batched_heads: bool = False  # ``attention``'s layout (no parameters depend on it)
 
     def setup(self):
         """Flax setup: ``num_layers`` ``DecoderLayer`` s."""
@@ -163,10 +171,11 @@ class TemporalDecoder(nn.Module):
                 v_cache = v_cache.at[i, rows, slot].set(v)
             if return_attention:
                 a, (w,) = attention(q[:, None], [(k_cache[i], v_cache[i], mask)],
-                                    return_weights=True)
+                                    return_weights=True, batched=self.batched_heads)
                 layer_weights.append(w[:, 0])
             else:
-                a = attention(q[:, None], [(k_cache[i], v_cache[i], mask)])
+                a = attention(q[:, None], [(k_cache[i], v_cache[i], mask)],
+                              batched=self.batched_heads)
             x = layer.finish(x, a[:, 0])
         cache = KVCache(
             k=k_cache, v=v_cache, pos=pos,
@@ -201,6 +210,6 @@ class TemporalDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             q, k, v = layer.project(x)
             a = attention(q, [(cache.k[i].astype(k.dtype), cache.v[i].astype(v.dtype),
-                               ctx_mask), (k, v, seg_mask)])
+                               ctx_mask), (k, v, seg_mask)], batched=self.batched_heads)
             x = layer.finish(x, a)
         return x
