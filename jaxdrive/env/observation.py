@@ -194,20 +194,19 @@ def _partner_features(config, agents, visible, length, width, obj_type, trig):
     cos, sin = trig
     attrs = (x, y, vx, vy, cos, sin, length / config.size_scale,
              width / config.size_scale, obj_type.astype(jnp.float32), visible)
+    # Partner j of observer i is agent j + (j >= i): each observer's own column is
+    # dropped by a select between two shifted slices (no gather).
+    later = jnp.arange(a - 1)[None, :] >= ids[:, None]  # (A, A - 1)
     if k == a - 1:
-        # Every other agent: rows for all (observer, agent) pairs by broadcasting, then
-        # each observer's own column dropped: partner j of observer i is agent
-        # j + (j >= i), a select between two shifted slices (no gather).
+        # Every other agent: rows for all (observer, agent) pairs by broadcasting.
         full = _partner_rows(config, agents, visible, cos, sin,
                              *(v[None, :] for v in attrs))  # (A, F, A)
-        later = (jnp.arange(a - 1)[None, :] >= ids[:, None])[:, None, :]
-        return jnp.where(later, full[:, :, 1:], full[:, :, :-1])
+        return jnp.where(later[:, None, :], full[:, :, 1:], full[:, :, :-1])
     # The nearest K (masked partners last), then rows for those K only.
     dx, dy = x[None, :] - x[:, None], y[None, :] - y[:, None]
     dist2 = dx * dx + dy * dy
     ok = visible[None, :] & visible[:, None] & (dist2 <= config.partner_radius**2)
     key = jnp.where(ok, dist2, jnp.inf)
-    later = jnp.arange(a - 1)[None, :] >= ids[:, None]  # own column dropped: (A, A - 1)
     key = jnp.where(later, key[:, 1:], key[:, :-1])
     pick = selection.smallest_k(key, k)  # (A, K) positions among the others
     index = pick + (pick >= ids[:, None])  # agent ids
