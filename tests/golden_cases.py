@@ -7,13 +7,18 @@ names are semantic (``obs/ego``, ``reward``, ``metric/collided``, ...) so that w
 API moves only the few lines that read it change here, never the recorded files.
 
 Write the files with ``python tests/golden_cases.py`` (only when a change of behaviour
-is intended, and say so in the commit).
+is intended, and say so in the commit). Recording also writes the machine it ran on
+(CPU vendor, jax and jaxlib versions) into ``tests/golden/machines.json``: XLA's CPU
+code depends on the processor's vector instructions, so floats agree bit for bit only
+on a machine like the recording one (see ``golden_check``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import platform
 import sys
 
 import jax
@@ -325,13 +330,46 @@ def path(name: str) -> str:
     return os.path.join(GOLDEN_DIR, f"{name}.npz")
 
 
+MACHINES_PATH = os.path.join(GOLDEN_DIR, "machines.json")
+
+
+def machine() -> dict[str, str]:
+    """What decides XLA's CPU floating-point code here: the CPU vendor (its vector
+    instructions: AMD and Intel machines of this workplace differ) and jax / jaxlib."""
+    vendor = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    vendor = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import jaxlib
+
+    return {"cpu_vendor": vendor, "jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+def recorded_machines() -> dict[str, dict[str, str]]:
+    """Case name -> the ``machine()`` its file was recorded on (empty if unknown)."""
+    if not os.path.exists(MACHINES_PATH):
+        return {}
+    with open(MACHINES_PATH) as f:
+        return json.load(f)
+
+
 def main(names: list[str]) -> None:
     os.makedirs(GOLDEN_DIR, exist_ok=True)
     cases = all_cases()
+    machines = recorded_machines()
     for name in names or list(cases):
         arrays = cases[name]()
         np.savez_compressed(path(name), **arrays)
+        machines[name] = machine()
         print(f"{name}: {len(arrays)} arrays -> {path(name)}")
+    with open(MACHINES_PATH, "w") as f:
+        json.dump(dict(sorted(machines.items())), f, indent=1)
+        f.write("\n")
 
 
 if __name__ == "__main__":
