@@ -44,7 +44,10 @@ ENV_BASE = {
     "reward": {"goal": 1.0, "collision": -0.5, "offroad": -0.25, "progress": 0.1,
                "step": -0.01},
 }
-PROCEDURAL = {"num_agents": [4, 8], "goal_distance": [20.0, 30.0]}
+# The procedural distribution the goldens were recorded on, spelled out where a default
+# changed since (issue 20: wider corners, conflicting vehicles dropped from the log).
+PROCEDURAL_AS_RECORDED = {"corner_radius": [4.0, 8.0], "log_conflicts": "keep"}
+PROCEDURAL = {"num_agents": [4, 8], "goal_distance": [20.0, 30.0], **PROCEDURAL_AS_RECORDED}
 
 
 def env_cases() -> dict[str, dict]:
@@ -218,7 +221,8 @@ PPO_BASE = {
             "observation": {"num_partners": 3, "num_road": 20, "num_lights": 0},
             "road_index": {"road_per_cell": 20, "grid_size": 8}, "co_player_fraction": 0.5},
     "procedural": {"num_agents": [3, 4], "topology": {"straight": 1.0, "curve": 1.0,
-                                                      "t_junction": 0.0, "intersection": 0.0}},
+                                                      "t_junction": 0.0, "intersection": 0.0},
+                   **PROCEDURAL_AS_RECORDED},
     "policy": {"kind": "transformer", "model_dim": 16, "token_dim": 8, "horizon": 16},
     # The padded path, recorded before dense rows existed (tests/test_dense_rows.py checks
     # dense rows against it).
@@ -264,7 +268,8 @@ EVAL_ENV = {"scenario": {"max_agents": 4, "num_steps": 40}, "collision_behavior"
             "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 14}
 EVAL_PROCEDURAL = {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 1.0,
                                                       "t_junction": 0.0,
-                                                      "intersection": 0.0}}
+                                                      "intersection": 0.0},
+                   **PROCEDURAL_AS_RECORDED}
 EVAL_SUITE = {"eval": {
     "_tiny": {"template": True, "num_scenarios": 5, "batch_size": 2, "seed": 7},
     "multi": {"type": "multi_scenario", "inherits": "_tiny"},

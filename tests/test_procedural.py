@@ -163,7 +163,10 @@ def test_agent_metadata(gen):
     ob = gen.sc.objects
     n = ob.valid[:, :, 0].sum(1)
     lo, hi = gen.cfg.num_agents
-    assert (n >= lo).all() and (n <= min(hi, gen.scfg.max_agents)).all(), (n.min(), n.max())
+    assert (n >= 1).all() and (n <= min(hi, gen.scfg.max_agents)).all(), (n.min(), n.max())
+    # ``log_conflicts: drop`` removes a few vehicles after num_agents are spawned
+    # (tests/test_procedural_feasibility.py checks that ``keep`` spawns them all).
+    assert np.mean(n >= lo) > 0.9, np.mean(n >= lo)
     assert (ob.valid == ob.valid[:, :, :1]).all(), "spawned vehicles must be valid at all steps"
     spawned = ob.valid[:, :, 0]
     assert (ob.is_sdc.sum(1) == 1).all() and ob.is_sdc[:, 0].all(), "SDC must be agent 0"

@@ -77,9 +77,13 @@ position at ``t + 1`` is at most its leader's at ``t`` minus ``follow_gap``); no
 vehicle's centre crosses a stop line while that light is red (one whose front is already
 past its stop point when red comes stands where it is; the ``yellow`` dilemma-zone rule,
 ``min_yellow``, keeps that rare). Unsignalised scenes are bit-identical to those of
-``signals: 0`` for the same key. NOT guaranteed: vehicles from different lanes whose
-routes cross or merge inside the junction may collide later in the log (lights make that
-rarer, not impossible).
+``signals: 0`` for the same key. Vehicles from different lanes whose routes cross or
+merge inside the junction could collide later in the log; ``log_conflicts: drop`` (the
+default) removes them: in agent-slot order (the SDC first), a vehicle whose logged box
+comes within ``_CONFLICT_CLEARANCE`` (0.25 m) of that of a vehicle from another lane
+already kept, at any log step, is dropped, and the kept ones
+move to the front slots, so no two logged boxes ever overlap. Dropping never creates a
+new overlap (nobody's log depends on a vehicle behind it), so one pass suffices.
 
 The SDC is agent 0: a random spawned vehicle, preferably on an incoming lane.
 ``of_interest`` marks agents 0-1 and ``to_predict`` agents 0-3 (when spawned).
@@ -114,6 +118,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxdrive import geometry
 from jaxdrive.config import (
     ConfigBase,
     ConfigError,
@@ -144,9 +149,15 @@ _STOP_MARGIN = 0.5  # m a vehicle stopped at a light keeps between its front and
 _STOP_TOL = 0.01  # m, float32 slack of the "can stop before the line" test
 # Salt of the signal draws: fold_in leaves every other draw of a scene unchanged.
 _SIGNAL_SALT = 0x516E
+# m of clearance ``log_conflicts: drop`` asks between the logged boxes of vehicles from
+# different lanes: a replay through a vehicle model strays up to ~0.6 m from the log at
+# the tightest junction corners (measured, inverse-dynamics replay), so near misses in the
+# log must not become collisions in the replay.
+_CONFLICT_CLEARANCE = 0.25
 # Salt of the goal-exit draws (``goal_exit: uniform``), likewise.
 _EXIT_SALT = 0xE817
 GOAL_EXITS = ("route", "uniform")
+LOG_CONFLICTS = ("drop", "keep")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +194,12 @@ class ProceduralConfig(ConfigBase):
       lane_width: m.
       arm_length: m, length of every arm (static: fixes point counts).
       point_spacing: m, spacing of road points along polylines (an upper bound on curves).
-      corner_radius: m, curb radius at junction corners.
+      corner_radius: m, curb radius at junction corners. The default's low end lets the
+        default bicycle model turn the longest vehicle on the inner lane: that lane's
+        centre line turns at about ``corner_radius + lane_width / 2 >= 8.6 m``, and
+        the model's centre cannot turn tighter than 8.5 m at 5.5 m length
+        (``BicycleModel.min_turn_radius``). Tighter corners are a harder distribution
+        (``configs/simulate_hard.yaml``).
       curve_radius: m, inner curb radius of the ``curve`` topology.
       curve_turn: degrees, heading change along a ``curve`` (0 = straight, <= 90).
       angle_jitter: degrees, uniform jitter of each arm of junctions (<= 30).
@@ -211,6 +227,14 @@ class ProceduralConfig(ConfigBase):
         lane). See the module doc.
       exit_goal_distance: m past the junction mouth, along the exit lane, of a
         ``uniform`` goal (drawn per vehicle).
+      log_conflicts: ``drop`` (default) removes every vehicle whose logged box would come
+        within 0.25 m, at any log step, of the box of a vehicle from another lane kept
+        before it (agent-slot order, the SDC first), so that the log never collides and
+        a replay through a vehicle model does not either; ``keep`` keeps them
+        (routes crossing or merging in the junction may then collide in the log).
+      stop_radius: m, the env's ``goal_radius`` that ``log_conflicts: drop`` allows for:
+        under ``goal_behavior: stop`` a vehicle stops where it first comes this close to
+        its goal, short of its logged stop, and that box is kept clear too.
     """
 
     topology: TopologyWeights = TopologyWeights()
@@ -218,7 +242,7 @@ class ProceduralConfig(ConfigBase):
     lane_width: tuple[float, float] = (3.2, 4.0)
     arm_length: float = 60.0
     point_spacing: float = 1.0
-    corner_radius: tuple[float, float] = (4.0, 8.0)
+    corner_radius: tuple[float, float] = (7.0, 10.0)
     curve_radius: tuple[float, float] = (10.0, 25.0)
     curve_turn: tuple[float, float] = (30.0, 80.0)
     angle_jitter: float = 10.0
@@ -239,6 +263,8 @@ class ProceduralConfig(ConfigBase):
     launch_accel: float = 2.0
     goal_exit: str = "route"
     exit_goal_distance: tuple[float, float] = (5.0, 15.0)
+    log_conflicts: str = "drop"
+    stop_radius: float = 2.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):  # lists -> tuples so the config stays hashable
@@ -286,6 +312,8 @@ class ProceduralConfig(ConfigBase):
         check_range("stop_decel", self.stop_decel, 0.0, 20.0, lo_open=True)
         check_range("launch_accel", self.launch_accel, 0.0, 20.0, lo_open=True)
         check_choice("goal_exit", self.goal_exit, GOAL_EXITS)
+        check_choice("log_conflicts", self.log_conflicts, LOG_CONFLICTS)
+        check_range("stop_radius", self.stop_radius, 0.0, 1000.0)
         check_interval("exit_goal_distance", self.exit_goal_distance, 0.0, None)
         if (self.goal_exit == "uniform"
                 and self.exit_goal_distance[1] > self.arm_length - self.length[1] / 2):
@@ -1441,6 +1469,67 @@ def _uniform_exit_goals(exit_key: jax.Array, cfg: ProceduralConfig, lay: _Layout
             jnp.where(moved, b, -1).astype(jnp.int32))
 
 
+def _conflict_free(objects: ObjectLog, agent_lane: jax.Array, stop_radius: float) -> jax.Array:
+    """(A,) bool: the vehicles kept by ``log_conflicts: drop``. Greedy in slot order: a
+    spawned vehicle is kept unless, at some log step, its box comes within
+    ``_CONFLICT_CLEARANCE`` of the box of a vehicle kept before it from another spawn lane
+    (vehicles of one lane keep their gap by construction). Besides its logged box, each
+    vehicle counts with its box at the first log step within ``stop_radius`` of its goal,
+    from that step on: a simulated vehicle may stop there (``goal_behavior: stop``)."""
+    A, T = objects.xy.shape[:2]
+    pad = 2.0 * _CONFLICT_CLEARANCE
+    near = jnp.linalg.norm(objects.xy - objects.goal[:, None], axis=-1) <= stop_radius
+    t_near = jnp.where(jnp.any(near, 1), jnp.argmax(near, 1), T)
+    at_near = lambda x: jnp.take_along_axis(
+        x, jnp.minimum(t_near, T - 1).reshape((A, 1) + (1,) * (x.ndim - 2)), 1)
+    stopped = objects.valid & (jnp.arange(T)[None, :] >= t_near[:, None])  # (A, T)
+    # 2A boxes per step: the logged ones, then the early stops.
+    xy = jnp.concatenate([objects.xy, jnp.broadcast_to(at_near(objects.xy), (A, T, 2))])
+    yaw = jnp.concatenate([objects.yaw, jnp.broadcast_to(at_near(objects.yaw), (A, T))])
+    valid = jnp.concatenate([objects.valid, stopped])
+    length = jnp.tile(objects.length, 2) + pad
+    width = jnp.tile(objects.width, 2) + pad
+
+    def overlaps_at(xy, yaw, valid):  # (2A, 2), (2A,) x2 -> (A, A)
+        hit = geometry.pairwise_overlap(xy, yaw, length, width, valid).reshape(2, A, 2, A)
+        return jnp.any(hit, axis=(0, 2))
+
+    hit = jnp.any(jax.vmap(overlaps_at, in_axes=(1, 1, 1))(xy, yaw, valid), axis=0)
+    hit = hit & (agent_lane[:, None] != agent_lane[None, :])
+    spawned = objects.valid[:, 0]
+
+    def keep_next(i, keep):
+        return keep.at[i].set(spawned[i] & ~jnp.any(hit[i] & keep))
+
+    return jax.lax.fori_loop(0, A, keep_next, jnp.zeros((A,), bool))
+
+
+def _keep_agents(objects: ObjectLog, info_agents: dict, keep: jax.Array):
+    """Agents ``keep`` (A,) bool moved to the front slots in their order, the rest
+    emptied: the new ``ObjectLog`` (SDC / interest / prediction flags by slot as the
+    generator sets them) and ``info_agents`` (name -> (A, ...) array) likewise."""
+    A = keep.shape[0]
+    order = jnp.argsort(~keep, stable=True)
+    kept = keep[order]
+    ar = jnp.arange(A)
+
+    def take(x, empty):
+        x = x[order]
+        m = kept.reshape((A,) + (1,) * (x.ndim - 1))
+        return jnp.where(m, x, jnp.asarray(empty, x.dtype))
+
+    objects = objects.replace(
+        xy=take(objects.xy, 0.0), yaw=take(objects.yaw, 0.0), vel=take(objects.vel, 0.0),
+        valid=take(objects.valid, False), length=take(objects.length, 0.0),
+        width=take(objects.width, 0.0), type=take(objects.type, int(ObjectType.UNSET)),
+        goal=take(objects.goal, 0.0), is_sdc=kept & (ar == 0), of_interest=kept & (ar < 2),
+        to_predict=kept & (ar < 4),
+    )
+    empty = {"agent_speed": 0.0, "agent_goal_distance": 0.0}
+    info_agents = {k: take(v, empty.get(k, -1)) for k, v in info_agents.items()}
+    return objects, info_agents
+
+
 def _no_traffic_lights(scfg: ScenarioConfig) -> TrafficLights:
     """All TL traffic-light slots invalid: (TL,), (TL, 2), (TL, T) x2."""
     TL, T = scfg.max_traffic_lights, scfg.num_steps
@@ -1514,19 +1603,25 @@ def generate_with_info(
     elif exit_key is not None:
         raise ValueError("exit_key applies only with goal_exit: uniform.")
     lights = _no_traffic_lights(scfg) if sig is None else sig.lights
-    scenario = Scenario(roadgraph=roadgraph, lanes=lanes, traffic_lights=lights, objects=objects)
     spawned, agent_lane = sp.spawned, sp.agent_lane
+    agents = dict(
+        agent_lane=jnp.where(spawned, agent_lane, -1).astype(i32),
+        agent_route=jnp.where(spawned[:, None], routes.lane_ids[agent_lane], -1).astype(i32),
+        agent_speed=jnp.where(spawned, speed, 0.0).astype(f32),
+        agent_goal_distance=jnp.where(spawned, goal_s - sigma, 0.0).astype(f32),
+        agent_exit=jnp.where(spawned, agent_exit, -1).astype(i32),
+    )
+    if cfg.log_conflicts == "drop":
+        objects, agents = _keep_agents(objects, agents, _conflict_free(objects, agent_lane,
+                                                                  cfg.stop_radius))
+    scenario = Scenario(roadgraph=roadgraph, lanes=lanes, traffic_lights=lights, objects=objects)
     info = ProceduralInfo(
         topology=sc.topo.astype(i32),
         num_arms=sc.n_arms,
         lanes_per_direction=sc.n.astype(i32),
         lane_width=sc.w,
         junction_radius=sc.r_j.astype(f32),
-        agent_lane=jnp.where(spawned, agent_lane, -1).astype(i32),
-        agent_route=jnp.where(spawned[:, None], routes.lane_ids[agent_lane], -1).astype(i32),
-        agent_speed=jnp.where(spawned, speed, 0.0).astype(f32),
-        agent_goal_distance=jnp.where(spawned, goal_s - sigma, 0.0).astype(f32),
-        agent_exit=jnp.where(spawned, agent_exit, -1).astype(i32),
+        **agents,
         **_signal_info(cfg, sig),
     )
     return scenario, info

@@ -370,6 +370,13 @@ class BicycleModel:
                       self.config.max_speed)
         return v1, 0.5 * (v0 + v1)
 
+    def min_turn_radius(self, length: float) -> float:
+        """m, the radius of the tightest circle the box centre of a vehicle of ``length``
+        m can follow (full steer): ``lr / sin(beta_max)`` with ``lr = length / 2`` and
+        ``beta_max = atan(tan(max_steer) / 2)``."""
+        beta = math.atan(0.5 * math.tan(self.config.max_steer))
+        return 0.5 * max(length, MIN_LENGTH) / math.sin(beta)
+
     def step(self, state: AgentState, action: jax.Array, length: jax.Array) -> AgentState:
         """Advance one step.
 
