@@ -21,9 +21,9 @@ from pathlib import Path
 import jax
 
 from jaxdrive.config import resolve_config_path
+from jaxdrive.models.policy import Policy
 from jaxdrive.runs.checkpoint import BackgroundSaver, Checkpointer, host_snapshot
 from jaxdrive.runs.config import load_run_config
-from jaxdrive.models.policy import Policy
 from jaxdrive.train.ppo import PPO
 from jaxdrive.train.run import build_env
 

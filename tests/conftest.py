@@ -27,12 +27,12 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 # them alone for minutes at the end while the other sat idle. Longest first (LPT order)
 # keeps both busy to the end. Order within a module is unchanged.
 LONGEST_FIRST = (
-    "test_train_run.py", "test_dense_rows.py", "test_eval.py", "test_realism_eval.py",
-    "test_golden_eval.py", "test_golden_models.py", "test_policy_cache.py",
-    "test_train_step.py", "test_policy_parity.py", "test_data_json.py", "test_trial_env.py",
-    "test_cli.py", "test_aux_goal.py", "test_trial_measurement.py", "test_eval_shards.py",
-    "test_train_data.py", "test_inspect.py", "test_policy.py", "test_golden_env.py",
-    "test_run_reliability.py",
+    "test_train_run.py", "test_dense_rows.py", "test_procedural_feasibility.py",
+    "test_eval.py", "test_realism_eval.py", "test_golden_eval.py", "test_golden_models.py",
+    "test_train_step.py",
+    "test_data_json.py", "test_trial_env.py", "test_cli.py", "test_aux_goal.py",
+    "test_eval_shards.py", "test_policy_cache.py", "test_train_data.py", "test_inspect.py",
+    "test_policy.py", "test_golden_env.py", "test_run_reliability.py",
 )
 
 

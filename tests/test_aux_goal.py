@@ -50,8 +50,8 @@ def test_goal_features_equal_the_visible_rows():
     reset = lambda env, p: env.reset_batch(p, jax.random.key(1), 3)
     state, ts_h = jax.jit(reset, static_argnums=0)(env_h, params_h)
     _, ts_v = jax.jit(reset, static_argnums=0)(env_v, params_v)
-    rows = np.asarray(jax.vmap(lambda a, g: jnp.stack(
-        goal_features(config.env.observation, a, g), -1))(state.agents, state.goal))
+    rows = np.asarray(jax.jit(jax.vmap(lambda a, g: jnp.stack(
+        goal_features(config.env.observation, a, g), -1)))(state.agents, state.goal))
     ego_v, ego_h = np.asarray(ts_v.obs.ego), np.asarray(ts_h.obs.ego)
     # Equal up to float32 rounding (XLA fuses the two programs differently); 1e-6 x
     # goal_scale is 0.1 mm.
@@ -96,7 +96,9 @@ def test_aux_loss_is_the_weighted_mean_squared_goal_error():
           "returns": to_rows(traj.value), "valid": valid, "computed": to_rows(traj.computed),
           "aux_goal_target": target}
     total, stats = jax.jit(ppo._loss)(state.params, cache0, mb)
-    out = ppo.policy.sequence(state.params, cache0, mb["obs"], mb["first"], mb["removed"])
+    # Jitted (one compile; op by op it dispatches hundreds of small kernels).
+    out = jax.jit(ppo.policy.sequence)(state.params, cache0, mb["obs"], mb["first"],
+                                       mb["removed"])
     err = np.sum(np.square(np.asarray(out.aux_goal, np.float64) - target), axis=-1)
     expected = err[valid].mean()
     np.testing.assert_allclose(float(stats.aux_goal), expected, rtol=1e-5)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from policy_inputs import random_obs
 
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.eval.api import run
@@ -20,7 +21,6 @@ from jaxdrive.eval.runner import RESULTS_VERSION
 from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.models.policy import Policy, PolicyConfig, policy_inputs
 from jaxdrive.scenarios.procedural import ProceduralConfig
-from jaxdrive.types import merge_rows
 
 ENV = {"scenario": {"max_agents": 4, "num_steps": 40}, "collision_behavior": "remove",
        "observation": {"num_partners": 3, "num_road": 20},
@@ -43,8 +43,11 @@ def build():
     procedural = ProceduralConfig.from_dict(PROCEDURAL)
     env = Env(env_config)
     policy = Policy.for_env(PolicyConfig(kind="mlp", model_dim=16, token_dim=8), env)
-    _, ts = env.reset_batch(*_pool_params(env, procedural), 1)
-    obs = merge_rows(ts.obs)
+    # init reads only the observation's shapes (one env's agents): drawn on the host, the
+    # parameters are those of an env reset's observation, without compiling the reset.
+    o = env_config.observation
+    obs = random_obs(jax.random.key(0), (env_config.scenario.max_agents,), o.num_partners,
+                     o.num_road, num_lights=o.num_lights)
     params = policy.init(jax.random.key(0), obs)
     return env_config, procedural, policy, params
 
@@ -52,14 +55,6 @@ def build():
 @pytest.fixture(scope="module")
 def setup():
     return build()
-
-
-def _pool_params(env, procedural):
-    from jaxdrive.scenarios.pool import make_pool
-    from jaxdrive.scenarios.procedural import generate_batch
-
-    scenes = generate_batch(jax.random.key(1), 2, procedural, env.config.scenario)
-    return env.make_params(make_pool(scenes, env.config.road_index)), jax.random.key(2)
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,8 @@ CFG = ProceduralConfig(
     topology=procedural.TopologyWeights(straight=0.0, curve=0.0, t_junction=1.0,
                                         intersection=1.0),
     lanes_per_direction=(1, 2), arm_length=30.0, point_spacing=2.0, goal_distance=(5.0, 10.0),
-    num_agents=(1, 2), signals=0.5, goal_exit="uniform")
+    num_agents=(1, 2), signals=0.5, goal_exit="uniform",
+    corner_radius=(4.0, 8.0))  # the default before issue 20: SCFG's road points fit it
 SCFG = ScenarioConfig(max_agents=2, num_steps=71, max_road_points=1308, max_lanes=40,
                       max_lane_successors=3, max_traffic_lights=8)
 NM = CFG.lanes_per_direction[1]

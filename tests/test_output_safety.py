@@ -15,11 +15,11 @@ from pathlib import Path
 import jax
 import pytest
 import yaml
+from policy_inputs import random_obs
 from test_train_run import TINY as TRAIN_TINY
 
 from jaxdrive import simulate
 from jaxdrive.bench import cli as bench_cli
-from jaxdrive.bench.policy import random_observation
 from jaxdrive.env import Env
 from jaxdrive.eval import cli as eval_cli
 from jaxdrive.eval.api import run
@@ -70,8 +70,8 @@ def run_dir(tmp_path_factory):
     save_config(config, path / "config.yaml")
     policy = Policy.for_env(config.policy, Env(config.env))
     o = config.env.observation
-    obs = random_observation(jax.random.key(1), (2,), o.num_partners, o.num_road,
-                             o.num_lights)
+    obs = random_obs(jax.random.key(1), (2,), o.num_partners, o.num_road,
+                     num_lights=o.num_lights)  # drawn on the host: nothing to compile
     with Checkpointer(path / "checkpoints") as ckpt:
         ckpt.save(40, {"params": policy.init(jax.random.key(0), obs)}, {"step": 40})
     return path

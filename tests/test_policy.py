@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from policy_inputs import at, perturb, random_obs
+from policy_inputs import at, random_obs, random_params
 
 from jaxdrive.config import ConfigError
 from jaxdrive.models import Policy, PolicyConfig
@@ -31,14 +31,19 @@ def test_scaled_beta_against_reference_density():
     u = (x - low) / (high - low)
     want = (jax.scipy.stats.beta.logpdf(u, d.alpha, d.beta) - jnp.log(high - low)).sum(-1)
     np.testing.assert_allclose(d.log_prob(x), want, rtol=1e-5)
-    # Entropy against numerical integration of -p log p on a fine grid, per dimension.
+    # Entropy against numerical integration of -p log p on a fine grid, per dimension
+    # (jitted: one compile for both dimensions, not one per operation).
     grid = jnp.linspace(1e-5, 1 - 1e-5, 40_001)
+
+    @jax.jit
+    def integral(alpha, beta, lo, hi):
+        xs = lo + grid * (hi - lo)
+        pdf = jnp.exp(jax.scipy.stats.beta.logpdf(grid, alpha, beta)) / (hi - lo)
+        return jnp.trapezoid(-pdf * jnp.log(pdf), xs)
+
     total = 0.0
     for i in range(2):
-        xs = low[i] + grid * (high[i] - low[i])
-        pdf = jnp.exp(jax.scipy.stats.beta.logpdf(grid, d.alpha[0, i], d.beta[0, i])) / (
-            high[i] - low[i])
-        total += float(jnp.trapezoid(-pdf * jnp.log(pdf), xs))
+        total += float(integral(d.alpha[0, i], d.beta[0, i], low[i], high[i]))
     np.testing.assert_allclose(float(d.entropy()[0]), total, rtol=1e-3)
     s = d.sample(jax.random.key(1))
     assert ((s >= low) & (s <= high)).all()
@@ -58,7 +63,7 @@ def test_mlp_baseline_same_interface_no_memory(discrete):
     cfg = PolicyConfig(kind="mlp", token_dim=8, model_dim=16)
     policy = (Policy(cfg, num_actions=6) if discrete
               else Policy(cfg, action_low=[-1.0, -1.0], action_high=[1.0, 1.0]))
-    params = perturb(policy.init(jax.random.key(1), at(rand_obs(), 0)), jax.random.key(2))
+    params = random_params(policy, at(rand_obs(), 0), jax.random.key(2))
     cache = policy.init_cache(3)
     no = jnp.zeros((3,), bool)
     step = jax.jit(policy.step)
@@ -77,7 +82,8 @@ def test_mlp_baseline_same_interface_no_memory(discrete):
 def test_bfloat16_compute_close_to_float32():
     f32 = Policy(PolicyConfig(token_dim=16, model_dim=32), num_actions=5)
     b16 = Policy(PolicyConfig(token_dim=16, model_dim=32, dtype="bfloat16"), num_actions=5)
-    params = f32.init(jax.random.key(1), at(rand_obs(), 0))  # parameters stay float32
+    # Initialiser-like parameters drawn on the host (no noise: an init's scale), float32.
+    params = random_params(f32, at(rand_obs(), 0), jax.random.key(1), scale=0.0)
     first = jnp.zeros((3, 4), bool).at[:, 0].set(True)
     no = jnp.zeros((3, 4), bool)
     a = jax.jit(f32.sequence)(params, f32.init_cache(3), rand_obs(), first, no)
@@ -126,7 +132,7 @@ def test_batched_heads_layout_equals_the_per_head_one():
     per_head = Policy(cfg, num_actions=5)
     batched = Policy(cfg.replace(attention_heads="batched"), num_actions=5)
     obs = rand_obs()
-    params = perturb(per_head.init(jax.random.key(1), at(obs, 0)), jax.random.key(2))
+    params = random_params(per_head, at(obs, 0), jax.random.key(2))
     first = jnp.zeros((3, 4), bool).at[:, 0].set(True).at[1, 2].set(True)
     removed = jnp.zeros((3, 4), bool).at[2, 1].set(True)
     a = jax.jit(per_head.sequence)(params, per_head.init_cache(3), obs, first, removed)

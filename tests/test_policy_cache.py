@@ -7,7 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from policy_inputs import at, perturb, random_obs
+from policy_inputs import at, random_obs, random_params
 from scenes import straight_road
 
 from jaxdrive.env import Env, EnvConfig
@@ -31,7 +31,7 @@ def rand_obs():
 
 @functools.cache
 def policy_params():
-    return perturb(jax.jit(POLICY.init)(jax.random.key(1), at(rand_obs(), 0)), jax.random.key(2))
+    return random_params(POLICY, at(rand_obs(), 0), jax.random.key(2))
 
 
 STEP = jax.jit(chex.assert_max_traces(POLICY.step, n=1))

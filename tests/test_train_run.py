@@ -13,8 +13,8 @@ import jax
 import numpy as np
 import pytest
 import yaml
+from policy_inputs import random_obs
 
-from jaxdrive.bench.policy import random_observation
 from jaxdrive.env import Env
 from jaxdrive.render import cli as render_cli
 from jaxdrive.render.record import VideoConfig
@@ -165,8 +165,8 @@ def test_load_policy_rebuilds_a_working_policy_from_the_run_directory(uninterrup
     assert loaded.config.policy.kind == "mlp" and loaded.policy.discrete
     obs_cfg = loaded.config.env.observation
     n = 6
-    obs = random_observation(jax.random.key(0), (n,), obs_cfg.num_partners, obs_cfg.num_road,
-                             obs_cfg.num_lights)
+    obs = random_obs(jax.random.key(0), (n,), obs_cfg.num_partners, obs_cfg.num_road,
+                     num_lights=obs_cfg.num_lights)
     out, _ = jax.jit(loaded.policy.step)(loaded.params, loaded.policy.init_cache(n), obs,
                                          np.ones(n, bool), np.zeros(n, bool))
     assert out.dist.shape == (n, Env(loaded.config.env).num_actions)

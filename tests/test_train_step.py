@@ -5,6 +5,7 @@ policy and are never trained on."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+from policy_inputs import random_obs
 
 from jaxdrive.models.policy import Policy
 from jaxdrive.runs.config import RunConfig
@@ -77,9 +78,13 @@ def test_sequence_path_reproduces_rollout_outputs_across_segments():
 def test_frozen_co_players_act_from_their_policy_and_are_never_trained_on():
     learner, env_params = _ppo(co_player_fraction=0.5, kind="mlp")
     frozen_policy = learner.policy
-    params = frozen_policy.init(jax.random.key(9), jax.tree.map(
-        lambda x: x.reshape((-1,) + x.shape[2:]),
-        learner.env.reset_batch(env_params, jax.random.key(0), 1)[1].obs))
+    # init reads only the observation's shapes (one env's agents): drawn on the host, not
+    # by an env reset run op by op.
+    c = learner.env.config
+    o = c.observation
+    params = frozen_policy.init(jax.random.key(9), random_obs(
+        jax.random.key(0), (c.scenario.max_agents,), o.num_partners, o.num_road,
+        num_lights=o.num_lights))
     # A frozen partner that always picks action 7: a huge bias on that logit.
     bias = params["params"]["pi_out"]["bias"]
     params["params"]["pi_out"]["bias"] = bias.at[7].set(1e4)

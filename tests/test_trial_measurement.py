@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from policy_inputs import random_obs
 from scenes import CAR, straight_road
 
 from jaxdrive.env import Env, EnvConfig
@@ -26,7 +27,7 @@ from jaxdrive.render.video import count_video_frames
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
 from jaxdrive.telemetry.writers import WandbWriter, video_keys
-from jaxdrive.types import merge_rows, tree_stack
+from jaxdrive.types import tree_stack
 
 K, TIMEOUT = 2, 5  # episodes of at most 10 steps
 STEPS = 23  # two whole episodes and a cut third (more where trials end early)
@@ -70,10 +71,13 @@ def evaluated():
     specs = load_suite_specs({"eval": {"ev": section}}, env_config, procedural)
     ev = StraightRoads(specs["ev"])
     ev._build(policy)
-    # Jitted: eagerly, each operation would compile on its own.
-    _, ts = jax.jit(ev._setup["env"].reset_batch, static_argnums=2)(
-        ev._setup["env_params"], jax.random.key(0), 1)
-    params = jax.jit(policy.init)(jax.random.key(0), merge_rows(ts.obs))
+    # init reads only the observation's shapes (one env's agents): drawn on the host, the
+    # parameters are those of an env reset's observation, without compiling the reset.
+    c = ev._setup["env"].config
+    o = c.observation
+    obs = random_obs(jax.random.key(0), (c.scenario.max_agents,), o.num_partners, o.num_road,
+                     num_lights=o.num_lights)
+    params = jax.jit(policy.init)(jax.random.key(0), obs)
     result = ev.run(policy, params, step=7)  # no out_dir: no videos yet
     assert result.status == "ok", result.error
     return ev, result
@@ -262,9 +266,9 @@ def test_adaptation_reduction_on_device_matches_numpy():
 TRAIN_TIMEOUT = 4
 
 
-def ppo_setup(evaluated, trial_counters=True):
+def ppo_setup(evaluated, trial_counters=True, abstract=False):
     """(config, env, PPO, its initial state, env params) of a tiny trial-mode run on the
-    evaluation's scenes."""
+    evaluation's scenes; with ``abstract`` the state's shapes only (nothing compiled)."""
     from jaxdrive.runs.config import RunConfig
     from jaxdrive.train.ppo import PPO
 
@@ -279,12 +283,13 @@ def ppo_setup(evaluated, trial_counters=True):
     env_params = env.make_params(evaluated[0]._setup["env_params"].pool)  # the same scenes
     policy = Policy.for_env(config.policy, env)
     ppo = PPO(config, env, policy, trial_counters=trial_counters)
-    return config, env, ppo, ppo.init(jax.random.key(0), env_params), env_params
+    init = jax.eval_shape if abstract else (lambda f, *args: f(*args))
+    return config, env, ppo, init(ppo.init, jax.random.key(0), env_params), env_params
 
 
 def test_training_step_logs_trial_counters(evaluated):
     # Off by default (the PPO golden pins the default metrics); the training run sets it.
-    _, _, ppo, state, env_params = ppo_setup(evaluated)
+    _, _, ppo, state, env_params = ppo_setup(evaluated, abstract=True)
     logged = jax.eval_shape(ppo.train_step, state, env_params)[1]  # traced, not compiled
     assert {f"train/{n}" for n in ("trial_episodes", *TRIAL_COUNTERS)} <= set(logged)
 

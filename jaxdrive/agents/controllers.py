@@ -165,7 +165,8 @@ def log_replay(env: Env):
     start is always a candidate, so an exact inverse (``delta_local``'s) is kept.
     Matching the box rather than the heading alone keeps the bicycle model on its lane
     in junction turns: its centre slips sideways of its heading, so steering to the
-    logged yaw drifted up to 13 m off the log.
+    logged yaw drifted up to 13 m off the log. Across a gap in an agent's log it drives
+    straight on at its speed.
 
     Returns the controller ``(params, state, timestep, key) -> action`` of one env:
     (A,) int32 grid indices or (A, action_dim) float32, per the action space.
@@ -187,6 +188,15 @@ def log_replay(env: Env):
         nxt_yaw = obj.yaw[sid, :, t_next]
         v = obj.vel[sid, :, t_next]
         nxt_speed = v[:, 0] * jnp.cos(nxt_yaw) + v[:, 1] * jnp.sin(nxt_yaw)
+        # Where the log has a gap (its entries are padding), keep going straight on at
+        # the current speed rather than steer for the padding position.
+        now = state.agents
+        gap = ~obj.valid[sid, :, t_next]
+        ahead = now.xy + (now.speed * cfg.dynamics.dt)[:, None] * jnp.stack(
+            [jnp.cos(now.yaw), jnp.sin(now.yaw)], axis=-1)
+        nxt_xy = jnp.where(gap[:, None], ahead, nxt_xy)
+        nxt_yaw = jnp.where(gap, now.yaw, nxt_yaw)
+        nxt_speed = jnp.where(gap, now.speed, nxt_speed)
         target = (nxt_xy, nxt_yaw, nxt_speed)
         best = model.inverse(state.agents, nxt_xy, nxt_yaw, nxt_speed, state.length)
         best = jnp.clip(best.astype(jnp.float32), model.action_low, model.action_high)
