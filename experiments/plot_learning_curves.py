@@ -18,8 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-RATES = (("val/goal_rate", "goal", None), ("val/collision_rate", "collision", None),
-         ("val/offroad_rate", "off-road", None))
+RATES = (("val/goal_rate", "goal"), ("val/collision_rate", "collision"),
+         ("val/offroad_rate", "off-road"))
 
 
 def read_validation(run_dir: Path) -> list[dict]:
@@ -49,12 +49,12 @@ def main() -> None:
     for run, label in zip(args.runs, labels, strict=True):
         rows = read_validation(run)
         steps = [r["step"] / 1e6 for r in rows]
-        for ax, (key, name, _) in zip(axes, RATES, strict=True):
+        for ax, (key, _) in zip(axes, RATES, strict=True):
             ax.plot(steps, [r[key] for r in rows], label=label)
         last = rows[-1]
         print(f"{label}: step {last['step']:,}: goal {last['val/goal_rate']:.3f}, collision "
               f"{last['val/collision_rate']:.3f}, off-road {last['val/offroad_rate']:.3f}")
-    for ax, (_, name, _) in zip(axes, RATES, strict=True):
+    for ax, (_, name) in zip(axes, RATES, strict=True):
         ax.set_title(name)
         ax.set_xlabel("agent-steps (M)")
         ax.grid(alpha=0.3)

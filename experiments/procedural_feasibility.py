@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.agents.controllers import log_replay
+from jaxdrive.agents.rollout import first_episode_events
 from jaxdrive.config import merge, parse_overrides
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.geometry import pairwise_overlap
@@ -65,27 +66,12 @@ def logged_rates(env: Env, params) -> dict:
 
 
 def replay_rates(env: Env, params) -> dict:
-    controller = log_replay(env)
-
-    def episode(sid):
-        state, ts = env.reset_to(params, sid, jax.random.key(0))
-
-        def body(carry, _):
-            state, ts, ended = carry
-            live = state.active & ~ended
-            nxt, nts = env.step(params, state, controller(params, state, ts, None))
-            m = nts.info.metrics
-            return (nxt, nts, ended | nts.info.episode_done), (
-                m["collided"] & live, m["offroad"] & live, m["goal_reached"] & live)
-
-        _, (col, off, goal) = jax.lax.scan(body, (state, ts, jnp.asarray(False)), None,
-                                           env.config.num_episode_steps)
-        return state.active, col.any(0), off.any(0), goal.any(0)
-
-    n, col, off, goal = (np.asarray(x) for x in jax.jit(jax.vmap(episode))(
-        jnp.arange(params.pool.size, dtype=jnp.int32)))
-    return {"agent_episodes": int(n.sum()), "goal_rate": float(goal[n].mean()),
-            "collision_rate": float(col[n].mean()), "offroad_rate": float(off[n].mean())}
+    events = jax.jit(first_episode_events(env, log_replay(env)))
+    out = jax.device_get(events(params, jnp.arange(params.pool.size, dtype=jnp.int32)))
+    n = np.asarray(out["controlled"])
+    rate = lambda k: float(np.asarray(out[k])[n].mean())
+    return {"agent_episodes": int(n.sum()), "goal_rate": rate("goal_reached"),
+            "collision_rate": rate("collided"), "offroad_rate": rate("offroad")}
 
 
 def main() -> None:
@@ -97,6 +83,8 @@ def main() -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--json", default=None)
     args = p.parse_args()
+    if args.scenes < 1 or args.max_agents < 1:
+        p.error("--scenes and --max-agents must be >= 1")
     over = merge({}, parse_overrides(args.overrides))
     unknown = sorted(set(over) - {"procedural"})
     if unknown:

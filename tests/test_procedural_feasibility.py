@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxdrive.agents.controllers import log_replay
+from jaxdrive.agents.rollout import first_episode_events
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
@@ -128,30 +129,14 @@ def _replay_outcomes(pool, model: str):
         "road_index": ROAD_INDEX,
     }))
     params = env.make_params(pool)
-    controller = log_replay(env)
-    steps = env.config.num_episode_steps
-
-    def episode(sid):
-        state, ts = env.reset_to(params, sid, jax.random.key(0))
-
-        def body(carry, _):
-            state, ts, ended = carry
-            live = state.active & ~ended
-            nxt, nts = env.step(params, state, controller(params, state, ts, None))
-            m = nts.info.metrics
-            out = (m["collided"] & live, m["offroad"] & live, m["goal_reached"] & live)
-            return (nxt, nts, ended | nts.info.episode_done), out
-
-        _, (col, off, goal) = jax.lax.scan(body, (state, ts, jnp.asarray(False)), None, steps)
-        return state.active, col.any(0), off.any(0), goal.any(0)
-
-    run = jax.jit(jax.vmap(episode))
-    out = [np.asarray(x) for x in run(jnp.arange(NUM, dtype=jnp.int32))]
+    events = jax.jit(first_episode_events(env, log_replay(env)))
+    out = jax.device_get(events(params, jnp.arange(NUM, dtype=jnp.int32)))
     ob = pool.scenarios.objects
     t0 = env.config.init_step
     dist = jnp.linalg.norm(ob.xy[:, :, t0 + 1:] - ob.goal[:, :, None], axis=-1)
     log_goal = np.asarray(jnp.any(dist <= env.config.goal_radius, axis=-1))
-    return (*out, log_goal)
+    return (*(np.asarray(out[k]) for k in ("controlled", "collided", "offroad",
+                                            "goal_reached")), log_goal)
 
 
 @pytest.mark.parametrize("model", ["bicycle", "delta_local"])

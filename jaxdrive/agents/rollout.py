@@ -178,3 +178,33 @@ def make_rollout(env: Env, controller: Controller, num_steps: int):
         return state, timestep, stats
 
     return rollout
+
+
+EVENTS = ("collided", "offroad", "goal_reached")
+
+
+def first_episode_events(env: Env, controller: Controller):
+    """One episode on each of the given scenarios, ``controller`` driving: which agents
+    were controlled and which had each event while acting.
+
+    Returns ``events(params, scenario_ids) -> dict`` (jit it at the call site):
+    ``controlled`` and every name of ``EVENTS``, each (N, A) bool for N scenario ids;
+    an event counts at the steps an agent acts in the first episode (``env.reset_to``
+    with key 0; the auto-reset's next episode is ignored).
+    """
+    steps = env.config.num_episode_steps
+
+    def episode(params: EnvParams, sid: jax.Array):
+        state, ts = env.reset_to(params, sid, jax.random.key(0))
+
+        def body(carry, _):
+            state, ts, ended = carry
+            live = state.active & ~ended
+            nxt, nts = env.step(params, state, controller(params, state, ts, None))
+            m = nts.info.metrics
+            return (nxt, nts, ended | nts.info.episode_done), {k: m[k] & live for k in EVENTS}
+
+        _, out = jax.lax.scan(body, (state, ts, jnp.asarray(False)), None, steps)
+        return {"controlled": state.active, **{k: v.any(0) for k, v in out.items()}}
+
+    return jax.vmap(episode, in_axes=(None, 0))
