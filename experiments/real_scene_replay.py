@@ -3,7 +3,7 @@ its replay through the env (issue 20, "Real scenes"; docs/real_scene_replay.md).
 
     python experiments/real_scene_replay.py [--data DIR ...] [--json PATH]
         [--variants bicycle/discrete bicycle/continuous delta_local/continuous]
-        [--parked-extent 0.5] [--parked-speed 1.0]
+        [--parked-extent 0.5] [--parked-speed 1.0] [--goal-behavior stop|remove]
 
 ``--data`` defaults to the folders of ``../shared/data`` that exist (womd_json,
 womd_json_traffic_lights, womd_json_legacy, womd_tfrecord). Scenes are loaded with
@@ -18,7 +18,8 @@ vehicles (``jaxdrive.scenarios.parked.parked_vehicles``), moving vehicles (the r
 - ``log``: the logged boxes themselves (exact positions and yaw).
 - ``replay`` (one per variant): one episode per scene of the env with every vehicle under
   the ``log_replay`` controller (``control_mode: all``, ``collision_behavior: ignore``,
-  ``goal_behavior: stop``); objects the env does not control replay their log or stand
+  ``goal_behavior: stop``, or ``remove`` with ``--goal-behavior remove``); objects the env
+  does not control replay their log or stand
   (``static_threshold``). Steps after an early episode end (the env resets) are not
   counted; the log over the same steps is the baseline of the added error. Scored twice:
   with every object the env has present as an obstacle (what the env's metrics see; it
@@ -92,11 +93,12 @@ def _events_fn():
 
 
 # ------------------------------------------------------------------ replay
-def _env(variant: str, scenario_config, init_step: int, index: dict) -> Env:
+def _env(variant: str, scenario_config, init_step: int, index: dict,
+         goal_behavior: str = "stop") -> Env:
     model, space = variant.split("/")
     return Env(EnvConfig.from_dict({
         "scenario": scenario_config.to_dict(),
-        "control_mode": "all", "collision_behavior": "ignore", "goal_behavior": "stop",
+        "control_mode": "all", "collision_behavior": "ignore", "goal_behavior": goal_behavior,
         "dynamics": {"model": model, "action_space": space},
         # The controller reads the log, not the observation: keep it small.
         "observation": {"num_partners": 1, "num_road": 4, "num_lights": 1},
@@ -259,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parked-speed", type=float, default=PARKED_MAX_SPEED,
                    help="m/s: ... and every valid logged speed is lower")
     p.add_argument("--init-step", type=int, default=10)
+    p.add_argument("--goal-behavior", choices=("stop", "remove"), default="stop",
+                   help="what a replayed vehicle does at its goal: stop there (frozen, an "
+                        "obstacle to the end of the episode) or leave the scene (GPUDrive)")
     p.add_argument("--grid-size", type=int, default=64,
                    help="road index cells per side (the env default is 32)")
     p.add_argument("--edges-per-cell", type=int, default=128,
@@ -286,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     ob = scen.objects
     t0 = args.init_step
     ri = {"grid_size": args.grid_size, "edges_per_cell": args.edges_per_cell}
-    envs = {v: _env(v, sc, t0, ri) for v in args.variants}
+    envs = {v: _env(v, sc, t0, ri, args.goal_behavior) for v in args.variants}
     ri_config = RoadIndexConfig(**ri)
     pool = make_pool(scen, ri_config)
     overflow = np.asarray(pool.road_index.edge_overflow)
@@ -321,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python experiments/real_scene_replay.py " + " ".join(argv or sys.argv[1:]),
         "data": dirs, "scenes": [], "init_step": t0,
         "parked_rule": {"max_extent_m": args.parked_extent, "max_speed_mps": args.parked_speed},
-        "road_index": ri,
+        "road_index": ri, "goal_behavior": args.goal_behavior,
         "log": {"stats": vehicle_stats(hit, off, depth, valid, counted_all, artefact, cls,
                                        agents),
                 "pairs": collision_pairs(mask_pairs(hit), valid, counted_all, artefact, cls,

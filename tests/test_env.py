@@ -107,6 +107,23 @@ def test_goal_stop_terminates_rewards_and_freezes():
     np.testing.assert_allclose(state.agents.vel[0], [0.0, 0.0])
 
 
+def test_goal_remove_terminates_and_leaves_the_scene():
+    # As test_goal_stop_...: agent 0 reaches its goal on step 3 (reward 1.1), then is
+    # parked at REMOVED_XY, invalid, and never rewarded again.
+    scene = straight_road(
+        SC, [(0, -2, 0, 10, *CAR), (-60, 2, 0, 0, *CAR)], goals=[(5.0, -2.0), (-90.0, 2.0)]
+    )
+    _, out = run(env_fns(goal_behavior="remove"), scene, 5)
+    rewards = np.array([ts.reward[0] for _, ts in out[1:]])
+    np.testing.assert_allclose(rewards, [0.1, 0.1, 1.1, 0.0, 0.0], atol=1e-5)
+    assert [bool(ts.terminated[0]) for _, ts in out[1:]] == [False, False, True, False, False]
+    state = out[-1][0]
+    assert bool(state.done[0]) and bool(state.removed[0]) and not bool(state.active[0])
+    np.testing.assert_allclose(state.agents.xy[0], [REMOVED_XY, REMOVED_XY])
+    assert not bool(state.agents.valid[0])
+    assert bool(state.active[1]) and not bool(state.removed[1])
+
+
 def test_respawn_returns_to_start():
     scene = straight_road(
         SC, [(0, -2, 0, 10, *CAR), (-60, 2, 0, 0, *CAR)], goals=[(5.0, -2.0), (-90.0, 2.0)]

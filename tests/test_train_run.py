@@ -15,6 +15,7 @@ import pytest
 import yaml
 from policy_inputs import random_obs
 
+from jaxdrive.config import ConfigError
 from jaxdrive.env import Env
 from jaxdrive.render import cli as render_cli
 from jaxdrive.render.record import VideoConfig
@@ -173,6 +174,41 @@ def test_load_policy_rebuilds_a_working_policy_from_the_run_directory(uninterrup
     assert np.all(np.isfinite(np.asarray(out.value)))
     with pytest.raises(FileNotFoundError, match="checkpoints"):
         run.load_policy(run_dir / "nowhere")
+
+
+def test_init_from_starts_from_another_runs_parameters(uninterrupted, tmp_path):
+    # A learning rate of 1e-30 moves no float32 weight of magnitude > ~1e-22 (and a zero
+    # only by ~1e-30), so after one iteration the new run's parameters are the source's.
+    src, _ = uninterrupted
+    source = run.load_policy(src, which="last")
+    config = _config(tmp_path, init_from=str(src), init_checkpoint="last",
+                     learning_rate=1e-30, total_steps=STEPS_PER_IT)
+    run_dir = run.new_run_dir(config, "finetune")
+    run.train(config, run_dir, quiet=True)
+    got = run.load_policy(run_dir, which="last").params
+    pairs = zip(jax.tree.leaves(source.params), jax.tree.leaves(got), strict=True)
+    for want, have in pairs:
+        np.testing.assert_allclose(np.asarray(have), np.asarray(want), rtol=0, atol=1e-20)
+    fresh = _config(tmp_path, learning_rate=1e-30, total_steps=STEPS_PER_IT)
+    fresh_dir = run.new_run_dir(fresh, "fresh")
+    run.train(fresh, fresh_dir, quiet=True)
+    other = jax.tree.leaves(run.load_policy(fresh_dir, which="last").params)
+    assert any(not np.allclose(a, b) for a, b in zip(other, jax.tree.leaves(got), strict=True))
+
+
+def test_init_from_a_policy_of_other_shapes_is_an_error_naming_the_parameter(
+        uninterrupted, tmp_path):
+    src, _ = uninterrupted
+    data = json.loads(json.dumps(TINY))
+    data["policy"]["model_dim"] = 24
+    data["train"].update(init_from=str(src), total_steps=STEPS_PER_IT)
+    data["logging"]["output_dir"] = str(tmp_path)
+    config = RunConfig.from_dict(data)
+    with pytest.raises(ConfigError,
+                       match=r"'train.init_from'.*shape \(32,\) there and \(48,\) here"):
+        run.train(config, run.new_run_dir(config, "bad"), quiet=True)
+    with pytest.raises(ConfigError, match="init_checkpoint"):
+        _config(tmp_path, init_from=str(src), init_checkpoint="first")
 
 
 @pytest.mark.parametrize("setting, message", [

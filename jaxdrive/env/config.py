@@ -39,7 +39,9 @@ class EnvConfig(ConfigBase):
       collision_behavior: ``ignore`` (only counted), ``stop`` (the agent freezes in place
         and terminates), ``remove`` (the agent leaves the scene and terminates).
       goal_behavior: ``respawn`` (back to its initial pose, same goal), ``new_goal`` (a new
-        goal on a lane ahead), ``stop`` (freezes at the goal and terminates), ``trial``
+        goal on a lane ahead), ``stop`` (freezes at the goal and terminates), ``remove``
+        (leaves the scene at the goal and terminates, as GPUDrive removes finished
+        vehicles: no frozen obstacle where a log ends mid-lane), ``trial``
         (removed until the trial ends; multi-trial episodes, see the module doc).
       num_trials: K, trials per episode under ``trial`` (1 = an ordinary episode).
       trial_timeout: steps per trial under ``trial``; ``None`` = ``episode_length``

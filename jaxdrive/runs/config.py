@@ -90,6 +90,14 @@ class TrainConfig(ConfigBase):
         of M); empty = co-players act with the learner's current parameters (their
         steps are still never trained on). One string is a list of one
         (``--set train.co_players=runs/a``); it is never split into characters.
+      init_from: a run directory (or its ``checkpoints/``) whose policy parameters start
+        this run instead of fresh ones (the optimiser, environments and step count start
+        afresh): a curriculum's next stage, or fine-tuning on other scenes. The policy
+        and the observation sizes must give parameters of the same shapes (checked,
+        naming the first that differs). Ignored by ``--resume``, which continues from
+        the run's own checkpoint.
+      init_checkpoint: which checkpoint of ``init_from``: ``best`` (by validation goal
+        rate; the newest intact one when the run has none) or ``last``.
       dense_rows: run the policy's scene encoder only on the agent rows that matter
         (learner: ego agents not removed; co-players: their own rows), gathered into a
         buffer of fixed capacity, in the rollout and in the PPO epochs
@@ -122,6 +130,8 @@ class TrainConfig(ConfigBase):
     aux_goal_coef: float = 0.0
     ema_alpha: float = 0.9
     co_players: tuple[str, ...] = ()
+    init_from: str | None = None
+    init_checkpoint: str = "best"
     dense_rows: str | float | bool = "auto"
 
     def __post_init__(self):
@@ -161,6 +171,8 @@ class TrainConfig(ConfigBase):
                               f"got {self.co_players!r}.")
         for i, path in enumerate(self.co_players):
             check_path(f"co_players[{i}]", path, optional=False)
+        check_path("init_from", self.init_from)
+        check_choice("init_checkpoint", self.init_checkpoint, ("best", "last"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,9 @@ Everything here works on one environment's (A,) agent axis; the ``Env`` composes
 Collision behaviours: ``ignore`` (only counted), ``stop`` (the agent freezes in place and
 is done), ``remove`` (it leaves the scene and is done). Goal behaviours: ``respawn``
 (back to its initial pose), ``new_goal`` (a freshly sampled goal), ``stop`` (freezes at
-the goal, done), ``trial`` (removed until the trial ends, done for the trial).
+the goal, done), ``remove`` (leaves the scene at the goal, done; GPUDrive's default, so
+that finished vehicles are not obstacles), ``trial`` (removed until the trial ends, done
+for the trial).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import jax.numpy as jnp
 from jaxdrive.types import AgentState
 
 COLLISION_BEHAVIORS = ("ignore", "stop", "remove")
-GOAL_BEHAVIORS = ("respawn", "new_goal", "stop", "trial")
+GOAL_BEHAVIORS = ("respawn", "new_goal", "stop", "remove", "trial")
 # Where removed agents are parked: far outside any map, never collidable or observed.
 REMOVED_XY = -1.0e5
 
@@ -80,9 +82,9 @@ def apply_behaviors(collision_behavior: str, goal_behavior: str, agents: AgentSt
         out = out | collided
     if collision_behavior == "remove":
         removed = removed | collided
-    if goal_behavior in ("stop", "trial"):
+    if goal_behavior in ("stop", "remove", "trial"):
         out = out | goal_event
-    if goal_behavior == "trial":
+    if goal_behavior in ("remove", "trial"):
         removed = removed | goal_event
     elif goal_behavior == "respawn":
         agents = select(goal_event, start.replace(valid=agents.valid), agents)

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.config import ConfigError
 from jaxdrive.distributed import any_process, describe, is_main_process
 from jaxdrive.env import Env, EnvParams, episode_steps
 from jaxdrive.eval.evaluator import local_devices_only
@@ -45,7 +46,7 @@ from jaxdrive.eval.manager import EvalManager
 from jaxdrive.eval.suite import load_suite_file
 from jaxdrive.files import OutputError, atomic_write_text, safe_name
 from jaxdrive.models.policy import Policy, param_count
-from jaxdrive.parallel import gather_shares
+from jaxdrive.parallel import gather_shares, replicated, to_global
 from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import BackgroundSaver, Checkpointer, host_snapshot
@@ -320,6 +321,31 @@ def remove_unused_run_dir(run_dir: Path) -> bool:
     return True
 
 
+def matching_params(fresh, loaded, key: str):
+    """``loaded`` parameters as arrays of ``fresh``'s structure and dtypes; ``ConfigError``
+    naming ``key`` and the first leaf whose path or shape differs."""
+    f_leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
+    l_leaves, _ = jax.tree_util.tree_flatten_with_path(loaded)
+    f_paths = [jax.tree_util.keystr(p, simple=True, separator="/") for p, _ in f_leaves]
+    l_map = {jax.tree_util.keystr(p, simple=True, separator="/"): v for p, v in l_leaves}
+    hint = ("the policy section and the observation sizes (env.observation, "
+            "env.scenario.max_agents for the transformer's memory) must match that run's")
+    for path, (_, ref) in zip(f_paths, f_leaves, strict=True):
+        if path not in l_map:
+            raise ConfigError(f"config key '{key}': that run's policy has no parameter "
+                              f"'{path}'; {hint}.")
+        if tuple(np.shape(l_map[path])) != tuple(ref.shape):
+            raise ConfigError(f"config key '{key}': parameter '{path}' has shape "
+                              f"{tuple(np.shape(l_map[path]))} there and {tuple(ref.shape)} "
+                              f"here; {hint}.")
+    extra = sorted(set(l_map) - set(f_paths))
+    if extra:
+        raise ConfigError(f"config key '{key}': that run's policy has parameter "
+                          f"'{extra[0]}', which this one lacks; {hint}.")
+    return treedef.unflatten([jnp.asarray(l_map[p], ref.dtype)
+                              for p, (_, ref) in zip(f_paths, f_leaves, strict=True)])
+
+
 class _Run:
     """One training run's host side: setup, the loop, and what runs between steps."""
 
@@ -424,6 +450,21 @@ class _Run:
             self.log("note: env.co_player_fraction > 0 and no train.co_players: co-players "
                      "act with the learner's current parameters (never trained on).")
         self.state = self.placement.init(t.seed + 1, self.env_params)
+        if t.init_from and resume_meta is None:
+            self.state = self._start_from(self.state, t.init_from, t.init_checkpoint)
+
+    def _start_from(self, state, run_dir: str, which: str):
+        """``state`` with the policy parameters of another run (``train.init_from``) and
+        an optimiser initialised on them."""
+        loaded = load_policy(run_dir, which=which)
+        params = matching_params(state.params, loaded.params, "train.init_from")
+        opt_state = jax.jit(self.ppo.tx.init)(params)
+        if self.mesh is not None:
+            rep = replicated(self.mesh)
+            params, opt_state = to_global((params, opt_state), rep)
+        self.log(f"policy parameters from {loaded.run_dir} ({which} checkpoint, step "
+                 f"{loaded.step:,}); optimiser and step count start afresh")
+        return state.replace(params=params, opt_state=opt_state)
 
     def _announce(self) -> None:
         t = self.config.train
