@@ -93,6 +93,28 @@ def test_bfloat16_compute_close_to_float32():
     assert b16.init_cache(2).k.dtype == jnp.bfloat16
 
 
+def test_two_layer_token_embedding_against_hand_computation():
+    # relu(W2 relu(W1 x + b1 + E[type]) + b2) per token, with the module's own parameters.
+    from jaxdrive.models.encoder import TokenEmbed
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(3, 5, 4)).astype(np.float32)
+    types = rng.integers(0, 3, size=(3, 5)).astype(np.int32)
+    embed = TokenEmbed(6, 3, layers=2)
+    params = embed.init(jax.random.key(1), feats, types)["params"]
+    assert set(params) == {"Dense_0", "Embed_0", "Dense_1"}
+    p = jax.tree.map(np.asarray, params)
+    h = np.maximum(feats @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"]
+                   + p["Embed_0"]["embedding"][types], 0)
+    want = np.maximum(h @ p["Dense_1"]["kernel"] + p["Dense_1"]["bias"], 0)
+    np.testing.assert_allclose(np.asarray(embed.apply({"params": params}, feats, types)),
+                               want, rtol=1e-5, atol=1e-6)
+    # One layer: the parameters (and so every saved policy) are as they always were.
+    one = TokenEmbed(6, 3).init(jax.random.key(1), feats, types)["params"]
+    assert set(one) == {"Dense_0", "Embed_0"}
+    with pytest.raises(ConfigError, match="token_layers"):
+        PolicyConfig.from_dict({"token_layers": 0})
+
+
 def test_policy_config_errors_name_the_key():
     with pytest.raises(ConfigError, match="kind"):
         PolicyConfig.from_dict({"kind": "lstm"})

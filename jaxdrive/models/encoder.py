@@ -51,18 +51,25 @@ LIGHT_CONTINUOUS = int(LightFeature.VALID)
 
 class TokenEmbed(nn.Module):
     """Token-major features (..., K, F) and type ids (..., K) -> (..., K, dim):
-    relu(W x + b + E[type]), one GEMM over all tokens and a table lookup."""
+    relu(W x + b + E[type]), one GEMM over all tokens and a table lookup, then
+    ``layers - 1`` more relu(Dense) per token (a one-layer embedding max-pooled over
+    tokens cannot tell "a car close ahead" from "a car ahead and a car close": each unit
+    is one half-space; a second layer can AND them per token before the pooling)."""
 
     dim: int
     num_types: int
     dtype: jnp.dtype = jnp.float32
+    layers: int = 1
 
     @nn.compact
     def __call__(self, feats: jax.Array, types: jax.Array) -> jax.Array:
         h = nn.Dense(self.dim, dtype=self.dtype)(feats.astype(self.dtype))
         t = nn.Embed(self.num_types, self.dim, dtype=self.dtype,
                      embedding_init=nn.initializers.normal(0.1))(types)
-        return nn.relu(h + t)
+        h = nn.relu(h + t)
+        for _ in range(self.layers - 1):
+            h = nn.relu(nn.Dense(self.dim, dtype=self.dtype)(h))
+        return h
 
 
 def partner_tokens(obs: Observation):
@@ -130,6 +137,7 @@ class SceneTokens(nn.Module):
     model_dim: int
     road_group: int
     dtype: jnp.dtype = jnp.float32
+    token_layers: int = 1
 
     @nn.compact
     def __call__(self, obs: Observation):
@@ -140,15 +148,17 @@ class SceneTokens(nn.Module):
         pf, pt, pm = partner_tokens(obs)
         rf, rt, rm = road_group_tokens(obs, self.road_group)
         ego = EgoMLP(self.model_dim, dt)(obs.ego)
-        p_tok = TokenEmbed(self.token_dim, NUM_OBJECT_TYPES, dt, name="partner_embed")(pf, pt)
-        r_tok = TokenEmbed(self.token_dim, NUM_ROAD_TYPES, dt, name="road_embed")(rf, rt)
+        n = self.token_layers
+        p_tok = TokenEmbed(self.token_dim, NUM_OBJECT_TYPES, dt, n, name="partner_embed")(pf, pt)
+        r_tok = TokenEmbed(self.token_dim, NUM_ROAD_TYPES, dt, n, name="road_embed")(rf, rt)
         l_tok = lm = None
         # Parameters from an observation without lights have no light embedding: such a
         # policy reads the other tokens only, as it was trained.
         if has_lights(obs) and (self.is_initializing()
                                 or self.has_variable("params", "light_embed")):
             lf, lt, lm = light_tokens(obs)
-            l_tok = TokenEmbed(self.token_dim, NUM_LIGHT_COLORS, dt, name="light_embed")(lf, lt)
+            l_tok = TokenEmbed(self.token_dim, NUM_LIGHT_COLORS, dt, n,
+                               name="light_embed")(lf, lt)
         return ego, p_tok, pm, r_tok, rm, l_tok, lm
 
 
@@ -181,6 +191,7 @@ class AttentionSceneEncoder(nn.Module):
     road_group: int = 10
     dtype: jnp.dtype = jnp.float32
     batched_heads: bool = False  # ``_scores``' layout (no parameters depend on it)
+    token_layers: int = 1
 
     @nn.compact
     def __call__(self, obs: Observation) -> jax.Array:
@@ -188,6 +199,7 @@ class AttentionSceneEncoder(nn.Module):
         dh = self.model_dim // h
         ego, p_tok, pm, r_tok, rm, l_tok, lm = SceneTokens(td, self.model_dim,
                                                            self.road_group, dt,
+                                                           self.token_layers,
                                                            name="tokens")(obs)
 
         init = nn.initializers.lecun_normal()
@@ -236,12 +248,14 @@ class PooledSceneEncoder(nn.Module):
     model_dim: int
     road_group: int = 10
     dtype: jnp.dtype = jnp.float32
+    token_layers: int = 1
 
     @nn.compact
     def __call__(self, obs: Observation) -> jax.Array:
         dt = self.dtype
         ego, p_tok, pm, r_tok, rm, l_tok, lm = SceneTokens(
-            self.token_dim, self.model_dim, self.road_group, dt, name="tokens")(obs)
+            self.token_dim, self.model_dim, self.road_group, dt, self.token_layers,
+            name="tokens")(obs)
         # Tokens are >= 0 after relu, so masking to 0 before the max is exact pooling
         # with an empty set pooled to 0.
         p = jnp.max(jnp.where(pm[..., None], p_tok, 0), axis=-2, initial=0)

@@ -52,6 +52,9 @@ class PolicyConfig(ConfigBase):
       kind: ``transformer`` (memory through a KV cache) or ``mlp`` (no memory).
       token_dim: width of partner, road and light tokens (per-token cost scales with
         it).
+      token_layers: Dense layers of each token's embedding before pooling / attention
+        (1: one relu(W x + b + E[type]); more can combine a token's features, e.g.
+        "ahead" and "close", before the max-pool mixes tokens).
       road_group: G, consecutive road points per road token (set it to the road index's
         ``chunk_size`` so that tokens are pieces of one polyline).
       model_dim: width of the per-step embedding and the temporal decoder.
@@ -72,6 +75,7 @@ class PolicyConfig(ConfigBase):
 
     kind: str = "transformer"
     token_dim: int = 32
+    token_layers: int = 1
     road_group: int = 10
     model_dim: int = 64
     scene_heads: int = 2
@@ -88,6 +92,7 @@ class PolicyConfig(ConfigBase):
         check_choice("attention_heads", self.attention_heads, ATTENTION_HEADS)
         check_choice("dtype", self.dtype, tuple(DTYPES))
         check_int("token_dim", self.token_dim, 1, 4096)
+        check_int("token_layers", self.token_layers, 1, 16)
         check_int("road_group", self.road_group, 1, 4096)
         check_int("model_dim", self.model_dim, 2, 8192)
         check_int("scene_heads", self.scene_heads, 1, 64)
@@ -130,11 +135,12 @@ class _ActorCritic(nn.Module):
         if c.kind == "transformer":
             batched = c.attention_heads == "batched"
             self.encoder = AttentionSceneEncoder(c.token_dim, c.model_dim, c.scene_heads,
-                                                 c.road_group, dt, batched)
+                                                 c.road_group, dt, batched, c.token_layers)
             self.decoder = TemporalDecoder(c.model_dim, c.heads, c.num_layers, c.mlp_ratio, dt,
                                            batched)
         else:
-            self.encoder = PooledSceneEncoder(c.token_dim, c.model_dim, c.road_group, dt)
+            self.encoder = PooledSceneEncoder(c.token_dim, c.model_dim, c.road_group, dt,
+                                              c.token_layers)
         self.ln = nn.LayerNorm(dtype=dt)
         self.pi_hidden = nn.Dense(c.model_dim, dtype=dt)
         self.pi_out = nn.Dense(self.out_dim, dtype=jnp.float32,
