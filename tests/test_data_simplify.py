@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxdrive.data.convert import ConvertConfig, convert_scene, real_data_config
-from jaxdrive.data.simplify import douglas_peucker, significance
+from jaxdrive.data.simplify import douglas_peucker, resample, significance
 from jaxdrive.data.sources import expand_inputs, iter_items, read_item
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import RoadType
@@ -125,3 +125,41 @@ def test_real_road_edges_within_tolerance_after_simplification():
         for key in ("truncated_agents", "truncated_lanes", "dropped_polylines",
                     "truncated_traffic_lights", "truncated_lane_successors"):
             assert info[key] == 0, (raw.source, key)
+
+
+def test_resample_at_uniform_arc_length_on_the_original_polyline():
+    # An L: 10 m along x, then 4 m up y (14 m); spacing 3 -> arc lengths 0, 3, 6, 9, 12,
+    # 14 (the end point kept); a single-point polyline stays; a 2 m segment -> its ends.
+    xy = np.array([[0, 0], [10, 0], [10, 4], [5, 5], [0, 9], [2, 9]], np.float64)
+    start = np.array([0, 3, 4, 6])
+    new, new_start = resample(xy, start, 3.0)
+    np.testing.assert_array_equal(new_start, [0, 6, 7, 9])
+    np.testing.assert_allclose(new[:6], [[0, 0], [3, 0], [6, 0], [9, 0], [10, 2], [10, 4]])
+    np.testing.assert_allclose(new[6], [5, 5])
+    np.testing.assert_allclose(new[7:], [[0, 9], [2, 9]])
+    # A random polyline: every gap <= spacing, every new point on the original polyline,
+    # same ends and the same length to within the chords' shortening.
+    rng = np.random.default_rng(3)
+    pts = np.cumsum(rng.normal(size=(30, 2)) * 2.0, axis=0)
+    out, out_start = resample(pts, np.array([0, 30]), 0.7)
+    assert np.all(np.linalg.norm(np.diff(out, axis=0), axis=1) <= 0.7 + 1e-9)
+    np.testing.assert_allclose(out[[0, -1]], pts[[0, -1]])
+    for q in out:
+        assert min(_seg_dist(q, pts[i], pts[i + 1]) for i in range(29)) < 1e-9
+
+
+def test_conversion_with_road_spacing_resamples_before_the_budget():
+    from test_data_convert import ROADS, make_raw
+
+    raw = make_raw([(0, 0, None)], ROADS)
+    cfg = ScenarioConfig(max_agents=2, num_steps=6, max_road_points=4096, max_lanes=4)
+    plain, _ = convert_scene(raw, cfg, ConvertConfig(init_step=0))
+    arrays, info = convert_scene(raw, cfg, ConvertConfig(init_step=0, road_spacing=0.5))
+    n_plain, n = int(plain["roadgraph.valid"].sum()), int(arrays["roadgraph.valid"].sum())
+    assert n == info["num_road_points"] > n_plain
+    xy, ids, ok = arrays["roadgraph.xy"], arrays["roadgraph.id"], arrays["roadgraph.valid"]
+    same = ok[1:] & ok[:-1] & (ids[1:] == ids[:-1])
+    gaps = np.linalg.norm(np.diff(xy, axis=0), axis=1)[same]
+    assert gaps.max() <= 0.5 + 1e-5 and info["simplified_road_points"] == 0
+    with pytest.raises(Exception, match="road_spacing"):
+        ConvertConfig(road_spacing=-1.0)

@@ -43,6 +43,9 @@ def _size_args(p: argparse.ArgumentParser) -> None:
                    help="step whose SDC position is the origin (the env's init_step)")
     p.add_argument("--road-tolerance", type=float, default=ConvertConfig.road_tolerance,
                    help="metres; simplify polylines within this when over --max-road-points")
+    p.add_argument("--road-spacing", type=float, default=ConvertConfig.road_spacing,
+                   help="metres; resample polylines at this uniform spacing first, as "
+                        "procedural maps are (procedural.point_spacing: 1.0); 0 = as logged")
 
 
 def _configs(args) -> tuple[ScenarioConfig, ConvertConfig]:
@@ -51,7 +54,8 @@ def _configs(args) -> tuple[ScenarioConfig, ConvertConfig]:
         max_road_points=args.max_road_points, max_lanes=args.max_lanes,
         max_lane_successors=args.max_lane_successors,
         max_traffic_lights=args.max_traffic_lights)
-    return sc, ConvertConfig(init_step=args.init_step, road_tolerance=args.road_tolerance)
+    return sc, ConvertConfig(init_step=args.init_step, road_tolerance=args.road_tolerance,
+                             road_spacing=args.road_spacing)
 
 
 def cmd_convert(args) -> int:

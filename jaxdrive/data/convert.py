@@ -38,7 +38,7 @@ import numpy as np
 
 from jaxdrive.config import ConfigBase, check_int, check_range
 from jaxdrive.data.raw import RawScene, SceneError
-from jaxdrive.data.simplify import significance
+from jaxdrive.data.simplify import resample, significance
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import LaneGraph, ObjectLog, Roadgraph, RoadType, Scenario, TrafficLights
 
@@ -68,17 +68,25 @@ class ConvertConfig(ConfigBase):
         the original; only nearly collinear points go, corners stay.
       max_road_tolerance: metres; the coarsest simplification tried (others first, then
         road edges) before whole polylines are dropped.
+      road_spacing: metres; > 0 resamples every polyline at this uniform spacing before
+        anything else (``simplify.resample``), the layout of procedural maps
+        (``procedural.point_spacing``), so that a policy trained on them sees the
+        road-point density it knows; 0 keeps the logged points. Give a
+        ``max_road_points`` that holds the resampled map, or the budget's simplification
+        removes the collinear points again (counted in the manifest).
     """
 
     init_step: int = 10
     road_tolerance: float = 0.05
     max_road_tolerance: float = 2.0
+    road_spacing: float = 0.0
 
     def __post_init__(self):
         check_int("init_step", self.init_step, 0, 100_000)
         check_range("road_tolerance", self.road_tolerance, 0.0, 100.0)
         check_range("max_road_tolerance", self.max_road_tolerance, self.road_tolerance,
                     1000.0)
+        check_range("road_spacing", self.road_spacing, 0.0, 1000.0)
 
     @classmethod
     def from_manifest(cls, data: dict, path: str = "") -> ConvertConfig:
@@ -209,6 +217,9 @@ def convert_scene(
     out["objects.to_predict"] = per_agent(raw.to_predict, bool)
 
     # ---------------------------------------------------------------- road graph
+    if cc.road_spacing > 0:
+        road_xy, road_start = resample(raw.road_xy, raw.road_start, cc.road_spacing)
+        raw = dataclasses.replace(raw, road_xy=road_xy, road_start=road_start)
     road, lane_of_feature, road_info = _convert_roads(raw, origin, config, cc)
     out.update(road)
     report.update({key: road_info[key] for key in (

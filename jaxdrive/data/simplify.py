@@ -82,3 +82,39 @@ def douglas_peucker(xy: np.ndarray, start: np.ndarray, tolerance: float) -> np.n
     """(P,) bool: the vertices Douglas-Peucker keeps at ``tolerance`` (metres), per
     polyline (see ``significance``); endpoints always."""
     return significance(xy, start, tolerance) > tolerance
+
+
+def resample(xy: np.ndarray, start: np.ndarray, spacing: float) -> tuple[np.ndarray, np.ndarray]:
+    """Polylines resampled at uniform arc length: each polyline's points at 0, s, 2s, ...
+    along it, plus its last point (so no gap exceeds ``spacing``), linearly interpolated
+    between the original vertices. A single-point polyline stays as it is.
+
+    Procedural maps are laid out this way (``procedural.point_spacing``); resampling a
+    real map at the same spacing gives the policy the road-point density it trained on.
+
+    Args:
+      xy: (P, 2) float64 points of all polylines, concatenated.
+      start: (K + 1,) int64, polyline k is ``xy[start[k]:start[k + 1]]``.
+      spacing: metres (> 0).
+    Returns:
+      (xy, start) of the resampled polylines, in the same layout.
+    """
+    out, starts = [], [0]
+    for k in range(start.shape[0] - 1):
+        pts = xy[start[k]:start[k + 1]]
+        if pts.shape[0] < 2:
+            out.append(pts)
+            starts.append(starts[-1] + pts.shape[0])
+            continue
+        seg = np.linalg.norm(np.diff(pts, axis=0), axis=1)
+        cum = np.concatenate([[0.0], np.cumsum(seg)])
+        total = cum[-1]
+        n = int(np.ceil(total / spacing - 1e-9)) if total > 0 else 0
+        s = np.minimum(np.arange(n + 1) * spacing, total)
+        s[-1] = total
+        new = np.stack([np.interp(s, cum, pts[:, 0]), np.interp(s, cum, pts[:, 1])], axis=1)
+        out.append(new)
+        starts.append(starts[-1] + new.shape[0])
+    if not out:
+        return xy[:0], np.zeros(1, start.dtype)
+    return np.concatenate(out), np.asarray(starts, start.dtype)
