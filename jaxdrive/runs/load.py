@@ -14,9 +14,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import yaml
 
-from jaxdrive.config import merge, read_yaml_file
+from jaxdrive.config import ConfigError, merge, read_yaml_file
 from jaxdrive.env import Env
 from jaxdrive.files import atomic_write_text
 from jaxdrive.models.policy import Policy
@@ -112,3 +115,28 @@ def load_policy(run_dir: str | Path, which: str = "best") -> LoadedPolicy:
         ckpt.close()
     return LoadedPolicy(policy=policy, params=raw["params"], config=config,
                         step=int(meta.get("step", 0)), run_dir=ckpt_dir.parent)
+
+
+def matching_params(fresh, loaded, key: str):
+    """``loaded`` parameters as arrays of ``fresh``'s structure and dtypes; ``ConfigError``
+    naming ``key`` and the first leaf whose path or shape differs."""
+    f_leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
+    l_leaves, _ = jax.tree_util.tree_flatten_with_path(loaded)
+    f_paths = [jax.tree_util.keystr(p, simple=True, separator="/") for p, _ in f_leaves]
+    l_map = {jax.tree_util.keystr(p, simple=True, separator="/"): v for p, v in l_leaves}
+    hint = ("the policy section and the observation sizes (env.observation, "
+            "env.scenario.max_agents for the transformer's memory) must match that run's")
+    for path, (_, ref) in zip(f_paths, f_leaves, strict=True):
+        if path not in l_map:
+            raise ConfigError(f"config key '{key}': that run's policy has no parameter "
+                              f"'{path}'; {hint}.")
+        if tuple(np.shape(l_map[path])) != tuple(ref.shape):
+            raise ConfigError(f"config key '{key}': parameter '{path}' has shape "
+                              f"{tuple(np.shape(l_map[path]))} there and {tuple(ref.shape)} "
+                              f"here; {hint}.")
+    extra = sorted(set(l_map) - set(f_paths))
+    if extra:
+        raise ConfigError(f"config key '{key}': that run's policy has parameter "
+                          f"'{extra[0]}', which this one lacks; {hint}.")
+    return treedef.unflatten([jnp.asarray(l_map[p], ref.dtype)
+                              for p, (_, ref) in zip(f_paths, f_leaves, strict=True)])

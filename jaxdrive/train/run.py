@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdrive.config import ConfigError
 from jaxdrive.distributed import any_process, describe, is_main_process
 from jaxdrive.env import Env, EnvParams, episode_steps
 from jaxdrive.eval.evaluator import local_devices_only
@@ -51,7 +50,7 @@ from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import BackgroundSaver, Checkpointer, host_snapshot
 from jaxdrive.runs.config import RunConfig, expand_co_players
-from jaxdrive.runs.load import load_policy, read_run_config, save_config
+from jaxdrive.runs.load import load_policy, matching_params, read_run_config, save_config
 from jaxdrive.runs.lock import LOCK_FILE, RunLock
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
@@ -319,31 +318,6 @@ def remove_unused_run_dir(run_dir: Path) -> bool:
         return False
     shutil.rmtree(run_dir)
     return True
-
-
-def matching_params(fresh, loaded, key: str):
-    """``loaded`` parameters as arrays of ``fresh``'s structure and dtypes; ``ConfigError``
-    naming ``key`` and the first leaf whose path or shape differs."""
-    f_leaves, treedef = jax.tree_util.tree_flatten_with_path(fresh)
-    l_leaves, _ = jax.tree_util.tree_flatten_with_path(loaded)
-    f_paths = [jax.tree_util.keystr(p, simple=True, separator="/") for p, _ in f_leaves]
-    l_map = {jax.tree_util.keystr(p, simple=True, separator="/"): v for p, v in l_leaves}
-    hint = ("the policy section and the observation sizes (env.observation, "
-            "env.scenario.max_agents for the transformer's memory) must match that run's")
-    for path, (_, ref) in zip(f_paths, f_leaves, strict=True):
-        if path not in l_map:
-            raise ConfigError(f"config key '{key}': that run's policy has no parameter "
-                              f"'{path}'; {hint}.")
-        if tuple(np.shape(l_map[path])) != tuple(ref.shape):
-            raise ConfigError(f"config key '{key}': parameter '{path}' has shape "
-                              f"{tuple(np.shape(l_map[path]))} there and {tuple(ref.shape)} "
-                              f"here; {hint}.")
-    extra = sorted(set(l_map) - set(f_paths))
-    if extra:
-        raise ConfigError(f"config key '{key}': that run's policy has parameter "
-                          f"'{extra[0]}', which this one lacks; {hint}.")
-    return treedef.unflatten([jnp.asarray(l_map[p], ref.dtype)
-                              for p, (_, ref) in zip(f_paths, f_leaves, strict=True)])
 
 
 class _Run:
