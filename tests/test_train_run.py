@@ -348,3 +348,17 @@ def test_evaluators_run_at_their_interval_and_compile_once_per_run(uninterrupted
     data = json.loads(results[-1].read_text())
     assert data["status"] == "ok" and data["step"] == 3 * STEPS_PER_IT
     assert len(data["evaluators"]["held_out"]["episodes"]) == 3
+
+
+def test_end_of_run_line_names_validation_on_the_training_data(tmp_path):
+    metrics = {"step": 10, "time/elapsed_s": 1.0, "val/goal_rate": 0.5,
+               "val/collision_rate": 0.25, "val/offroad_rate": 0.0,
+               "val/agent_episodes": 4.0}
+    same = load_run_config(None, {"data.path": "shards", "data.validation_path": "./shards"})
+    other = load_run_config(None, {"data.path": "shards", "data.validation_path": "val"})
+    line = lambda config: run.summary_lines(metrics, tmp_path, config)[1]
+    assert line(same) == ("validation (4 agent-episodes on the training scenes "
+                          "(data.validation_path = data.path)): goal rate 0.500, collision "
+                          "rate 0.250, off-road rate 0.000")
+    assert "on held-out scenes)" in line(other)
+    assert line(load_run_config(None)) == line(None) == line(other)

@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a bug: keep its traceback
         return code
     if is_main_process():
-        for line in summary_lines(metrics, run_dir):
+        for line in summary_lines(metrics, run_dir, config):
             print(line)
     return 0
 

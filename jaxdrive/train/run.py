@@ -712,14 +712,26 @@ class _Run:
         self.writers.write(it * self.per_it, metrics)
 
 
-def summary_lines(metrics: dict, run_dir: Path) -> list[str]:
-    """What the CLI prints at the end of a run."""
+def validation_scenes(config: RunConfig | None) -> str:
+    """How the end-of-run line names the validation scenes: held out unless
+    ``data.validation_path`` is the training data itself."""
+    data = None if config is None else config.data
+    if data is not None and data.validation_path is not None and data.path is not None and (
+            Path(data.validation_path).resolve() == Path(data.path).resolve()):
+        return "the training scenes (data.validation_path = data.path)"
+    return "held-out scenes"
+
+
+def summary_lines(metrics: dict, run_dir: Path, config: RunConfig | None = None) -> list[str]:
+    """What the CLI prints at the end of a run (``config``: the run's, to name the
+    validation scenes)."""
     lines = [f"finished: {metrics.get('step', 0):,} agent-steps, "
              f"{metrics.get('time/elapsed_s', float('nan')):.0f} s"]
     if "val/goal_rate" in metrics:
         lines.append(
-            f"validation ({metrics['val/agent_episodes']:.0f} agent-episodes on held-out "
-            f"scenes): goal rate {metrics['val/goal_rate']:.3f}, collision rate "
+            f"validation ({metrics['val/agent_episodes']:.0f} agent-episodes on "
+            f"{validation_scenes(config)}): goal rate {metrics['val/goal_rate']:.3f}, "
+            f"collision rate "
             f"{metrics['val/collision_rate']:.3f}, off-road rate "
             f"{metrics['val/offroad_rate']:.3f}")
     for k in sorted(metrics):
