@@ -11,7 +11,15 @@ import pytest
 from policy_inputs import random_obs
 
 from jaxdrive.config import ConfigError
-from jaxdrive.models.dense import DenseRows, capacities_for, capacity_for, dense_apply, overflowed
+from jaxdrive.models.dense import (
+    DenseRows,
+    capacities_for,
+    capacity_for,
+    dense_apply,
+    overflowed,
+    row_step_buffers,
+    which_row_step_buffer,
+)
 from jaxdrive.models.policy import Policy, PolicyConfig
 from jaxdrive.runs.config import RunConfig, TrainConfig
 from jaxdrive.train.ppo import PPO
@@ -37,6 +45,36 @@ def test_capacity_rounds_up_to_multiples_and_never_exceeds_the_rows():
     assert capacities_for((0.25, 0.5, 0.75), 64) == (16, 32, 48)
     assert capacities_for(None, 64) == (64,)
     assert DenseRows(jnp.zeros(64, bool), (48, 16, 64, 80)).sizes == (16, 48)
+
+
+def test_row_step_buffers_form_one_ladder_ascending_in_rows_and_steps():
+    assert row_step_buffers((0.25, 0.5, 0.75), 256, 32) == (
+        (64, 2048), (128, 2048), (128, 4096), (192, 4096), (192, 6144), (256, 6144))
+    assert row_step_buffers((0.5,), 16, 7) == ((8, 56), (16, 56))
+    # Without a per-row pass only steps are packed; duplicates go.
+    assert row_step_buffers((0.25, 0.5), 64, 4, pack_rows=False) == ((64, 64), (64, 128))
+    assert row_step_buffers(None, 64, 4) == ()
+
+
+@pytest.mark.parametrize("rows,steps_per_row,want", [
+    (3, 7, 0),    # 3 rows, 21 steps
+    (8, 7, 0),    # 8 rows, 56 steps: both exactly at the first buffer
+    (10, 1, 1),   # 10 rows > 8, 10 steps
+    (16, 3, 1),   # every row, 48 steps
+    (16, 4, 2),   # 64 steps > 56: the padded minibatch
+])
+def test_which_row_step_buffer_is_the_first_that_holds_rows_and_steps(rows, steps_per_row,
+                                                                       want):
+    buffers = ((8, 56), (16, 56))
+    mask = np.zeros((16, 7), bool)
+    picked = np.random.default_rng(rows).choice(16, rows, replace=False)
+    for r in picked:  # steps from a random start, as episodes that begin mid-segment
+        start = np.random.default_rng(r).integers(0, 8 - steps_per_row)
+        mask[r, start:start + steps_per_row] = True
+    brute = next((k for k, (rc, sc) in enumerate(buffers)
+                  if rows <= rc and rows * steps_per_row <= sc), len(buffers))
+    assert brute == want
+    assert int(which_row_step_buffer(jnp.asarray(mask), buffers)) == want
 
 
 @pytest.mark.parametrize("capacities", [CAPACITY, (2, 4, CAPACITY)])
@@ -158,6 +196,59 @@ def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps():
             np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5, rtol=1e-5)
 
 
+def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients():
+    """The decoder on the rows holding a selected step, packed (row_capacity), and on
+    every row (None): outputs and gradients at the selected steps equal the padded
+    segment's."""
+    policy = _policy("transformer")
+    b, t = 6, 5
+    obs = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]),
+                       tiny_observation(b * t, seed=4))
+    params = policy.init(jax.random.key(1), tiny_observation(N, seed=0))
+    first = jnp.zeros((b, t), bool).at[:, 0].set(True).at[4, 2].set(True)
+    removed = jnp.zeros((b, t), bool).at[3, 3:].set(True)
+    # A cache with history: the segment's first steps attend to it.
+    step = jax.jit(lambda c, o, f: policy.step(params, c, o, f, jnp.zeros(b, bool))[1])
+    cache = policy.init_cache(b)
+    for k in range(3):
+        cache = step(cache, jax.tree.map(lambda x, k=k: x[:, k], obs), first[:, 0] & (k == 0))
+    first = first.at[:, 0].set(False).at[5, 0].set(True)
+    weights = jnp.asarray(np.random.default_rng(3).standard_normal((b * t, 5), np.float32))
+
+    def padded(params, sel):
+        out = policy.sequence(params, cache, obs, first, removed)
+        keep = sel.reshape(-1)
+        return (jnp.sum(jnp.where(keep[:, None], out.dist.reshape(b * t, -1) * weights, 0.0))
+                + jnp.sum(jnp.where(keep, out.value.reshape(-1), 0.0))), out
+
+    def packed(params, sel, row_capacity):
+        out, idx, used = policy.sequence_at(params, cache, obs, first, removed, sel, 16,
+                                            row_capacity=row_capacity)
+        return (jnp.sum(jnp.where(used[:, None], out.dist * weights[idx], 0.0))
+                + jnp.sum(jnp.where(used, out.value, 0.0))), (out, idx, used)
+
+    sel = np.zeros((b, t), bool)
+    sel[1] = True          # a whole row
+    sel[4, 2:] = True      # an episode that starts mid-segment
+    sel[5, :3] = True      # one that ends (later steps not needed)
+    (v_f, out_f), g_f = jax.jit(jax.value_and_grad(padded, has_aux=True))(
+        params, jnp.asarray(sel))
+    for rc in (3, None):  # 11 steps of 3 rows
+        (v_d, (out_d, idx, used)), g_d = jax.jit(jax.value_and_grad(
+            lambda p, s, rc=rc: packed(p, s, rc), has_aux=True))(params, jnp.asarray(sel))
+        np.testing.assert_allclose(float(v_d), float(v_f), atol=1e-5, err_msg=str(rc))
+        for a, c in zip(jax.tree.leaves(g_d), jax.tree.leaves(g_f), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5, rtol=1e-5,
+                                       err_msg=str(rc))
+        # The packed outputs themselves, slot by slot.
+        used = np.asarray(used)
+        assert used.sum() == sel.sum() == 11
+        np.testing.assert_array_equal(np.asarray(idx)[used], np.flatnonzero(sel))
+        np.testing.assert_allclose(np.asarray(out_d.dist)[used],
+                                   np.asarray(out_f.dist).reshape(b * t, -1)[sel.reshape(-1)],
+                                   atol=ATOL, err_msg=str(rc))
+
+
 # ------------------------------------------------------------------ a whole PPO run
 BASE = {
     "env": {"scenario": {"max_agents": 4}, "collision_behavior": "remove",
@@ -235,3 +326,36 @@ def test_dense_rows_config_errors_name_the_key():
     for bad in (0, 1.5, "sometimes", True):
         with pytest.raises(ConfigError, match="dense_rows"):
             TrainConfig(dense_rows=bad)
+
+
+@pytest.mark.slow  # two transformer PPO programs to compile (~1 min)
+def test_ppo_transformer_with_packed_decoder_rows_trains_the_same_parameters():
+    """The transformer's minibatches on (rows, steps) buffers: the decoder on the rows
+    holding computed steps. Two iterations' parameters and metrics equal the padded
+    run's."""
+    base = {**BASE, "policy": {"kind": "transformer", "model_dim": 16, "token_dim": 8,
+                               "horizon": 8},
+            "train": {**BASE["train"], "num_envs": 8, "aux_goal_coef": 0.0}}
+    runs = []
+    for setting in ("off", 0.5):
+        config = RunConfig.from_dict({**base, "train": {**base["train"],
+                                                        "dense_rows": setting}})
+        env, env_params = build_env(config, 0, 4)
+        ppo = PPO(config, env, Policy.for_env(config.policy, env))
+        state = ppo.init(jax.random.key(0), env_params)
+        step = jax.jit(ppo.train_step)
+        metrics = []
+        for _ in range(2):
+            state, m = step(state, env_params)
+            metrics.append(jax.device_get(m))
+        runs.append((ppo, state, metrics))
+    (_, s_p, m_p), (dense, s_d, m_d) = runs
+    assert dense.update_buffers == ((8, 56), (16, 56))  # 16 rows x 7 steps a minibatch
+    for a, b in zip(jax.tree.leaves(s_p.params), jax.tree.leaves(s_d.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    for it, (mp, md) in enumerate(zip(m_p, m_d, strict=True)):
+        for k in mp:
+            np.testing.assert_allclose(md[k], mp[k], atol=1e-5, rtol=1e-5,
+                                       err_msg=f"iteration {it}: {k}")
+    # Some minibatches ran on a dense buffer (2 iterations x 2 epochs x 2 minibatches).
+    assert sum(m["loss/dense_overflow_minibatches"] for m in m_d) < 8

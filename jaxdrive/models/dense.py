@@ -64,6 +64,50 @@ def capacities_for(fractions, rows: int, multiple: int = 8) -> tuple[int, ...]:
     return tuple(sorted({capacity_for(f, rows, multiple) for f in fractions}))
 
 
+def row_step_buffers(shares, rows: int, steps_per_row: int,
+                     pack_rows: bool = True) -> tuple[tuple[int, int], ...]:
+    """Buffers of a (rows, T) batch whose steps are computed per step except for one
+    per-row pass (a temporal decoder): ``(row capacity, step capacity)`` pairs, ascending
+    in both, each smaller than the batch in one of them; empty: no buffer (padded).
+
+    For each share ``s`` (ascending) the pair (s of the rows, s of the steps), preceded
+    by (s of the rows, the previous share of the steps): live rows usually take a larger
+    share than live steps (a row is live when any of its T steps is), and one ladder
+    instead of every combination keeps the compiled copies few. The last pair is (every
+    row, the largest step share). Without ``pack_rows`` every pair has all rows.
+    """
+    full = rows * steps_per_row
+    pairs, last = [], None
+    for share in sorted(shares or ()):
+        row_cap = capacity_for(share, rows) if pack_rows else rows
+        step_cap = capacity_for(share, full)
+        if last is not None:
+            pairs.append((row_cap, last))
+        pairs.append((row_cap, step_cap))
+        last = step_cap
+    if last is not None:
+        pairs.append((rows, last))
+    kept = []
+    for pair in pairs:
+        if (pair[0] < rows or pair[1] < full) and pair not in kept:
+            kept.append(pair)
+    return tuple(kept)
+
+
+def which_row_step_buffer(mask: jax.Array, buffers: tuple[tuple[int, int], ...]) -> jax.Array:
+    """() int32: index of the first of ``buffers`` (``row_step_buffers``) that holds the
+    rows and the steps ``mask`` (R, T) selects (a row counts when any of its steps is
+    selected); ``len(buffers)`` when none does (the padded batch)."""
+    live_rows = jnp.sum(jnp.any(mask, axis=1).astype(jnp.int32))
+    row_caps = jnp.asarray([r for r, _ in buffers], jnp.int32)
+    step_caps = jnp.asarray([s for _, s in buffers], jnp.int32)
+    # Both columns ascend: the first pair holding both counts is the later of the first
+    # pairs holding each.
+    steps = jnp.sum(mask.astype(jnp.int32))
+    return jnp.maximum(jnp.sum((row_caps < live_rows).astype(jnp.int32)),
+                       jnp.sum((step_caps < steps).astype(jnp.int32)))
+
+
 def dense_indices(mask: jax.Array, capacity: int) -> tuple[jax.Array, jax.Array]:
     """The rows ``mask`` (M,) selects, packed: ``(idx, used)``, both (capacity,): the
     selected rows' indices in order, then index 0 in the unused slots (``used`` False)."""

@@ -53,6 +53,11 @@ class KVCache:
             next_pos=jnp.zeros((num_agents,), jnp.int32),
         )
 
+    def rows(self, idx: jax.Array) -> KVCache:
+        """The cache of the agent rows ``idx`` (M,) int, in that order (M agents)."""
+        return KVCache(k=self.k[:, idx], v=self.v[:, idx], pos=self.pos[idx],
+                       garbage=self.garbage[idx], next_pos=self.next_pos[idx])
+
     def reset(self, mask: jax.Array) -> KVCache:
         """Empty the rows where ``mask`` (N,) bool: a new episode starts there."""
         return self.replace(

@@ -330,18 +330,22 @@ class Policy:
         return self._output(*out)
 
     def sequence_at(self, params, cache: KVCache, obs: Observation, first: jax.Array,
-                    removed: jax.Array, mask: jax.Array, capacity: int):
+                    removed: jax.Array, mask: jax.Array, capacity: int,
+                    row_capacity: int | None = None):
         """``sequence``'s outputs at the steps of a (B, T) segment that ``mask`` selects,
         packed into ``capacity`` slots (training on dense rows): the scene encoder and
-        the heads run on those steps only, the temporal decoder on the whole segment.
+        the heads run on those steps only, the temporal decoder on the segment's rows,
+        or with ``row_capacity`` on the rows holding a selected step, packed.
 
         Args:
           cache, obs, first, removed: as in ``sequence``.
           mask: (B, T) bool, the steps whose outputs count; it must hold every step a
             selected step attends to (the row's earlier steps of the episode that are
-            not removed) and at most ``capacity`` steps (the caller checks:
-            ``jaxdrive.models.dense.which_buffer``).
+            not removed), at most ``capacity`` steps and at most ``row_capacity`` rows
+            with a selected step (the caller checks:
+            ``jaxdrive.models.dense.which_row_step_buffer``).
           capacity: static int.
+          row_capacity: static int or None (every row; the same for ``B`` or more).
         Returns:
           (``PolicyOutput`` (capacity,), idx (capacity,) int32 flat step index ``b * T +
           t`` of each slot, used (capacity,) bool: the slot holds a selected step).
@@ -351,9 +355,23 @@ class Policy:
         flat_mask = mask.reshape(b * t)
         idx, used = dense_indices(flat_mask, capacity)
         flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
-        x = self.embed(params, flat, DenseRows(flat_mask, capacity, fits=True))
-        x = self.module.apply(params, x, cache, first, removed, method=_ActorCritic.decode)
-        out = self.module.apply(params, x[idx], method=_ActorCritic.heads)
+        x = self.module.apply(params, jax.tree.map(lambda a: a[idx], flat),
+                              method=_ActorCritic.embed)
+        if self.config.kind == "transformer":
+            place = idx  # each slot's step in the decoder's (rows * T) layout
+            if row_capacity is not None and row_capacity < b:
+                live = jnp.any(mask, axis=1)
+                row_idx, _ = dense_indices(live, row_capacity)
+                row_slot = jnp.cumsum(live.astype(jnp.int32)) - 1  # (B,) place in buffer
+                place = jnp.where(used, row_slot[idx // t] * t + idx % t, 0)
+                cache, first, removed = cache.rows(row_idx), first[row_idx], removed[row_idx]
+            steps = first.shape[0] * t
+            grid = jnp.zeros((steps, x.shape[-1]), x.dtype).at[
+                jnp.where(used, place, steps)].set(x, mode="drop")
+            grid = self.module.apply(params, grid, cache, first, removed,
+                                     method=_ActorCritic.decode)
+            x = grid[place]
+        out = self.module.apply(params, x, method=_ActorCritic.heads)
         return self._output(*out), idx, used
 
     def _output(self, dist, value, aux_goal=None) -> PolicyOutput:

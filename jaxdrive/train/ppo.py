@@ -17,8 +17,9 @@
 With dense rows (``train.dense_rows``, ``jaxdrive.models.dense``) the scene encoder runs
 only where outputs count: the learner's ego rows in the rollout (``Rollout.computed``),
 each co-player member's live rows, and in the epochs the minibatch's computed steps,
-packed, with the heads and loss terms (``Policy.sequence_at``; one gradient computation
-per buffer size, chosen by ``lax.switch``). Results equal the padded path's to float
+packed, with the heads and loss terms, and the transformer's temporal decoder on the
+rows holding them, packed (``Policy.sequence_at``; one gradient computation per (rows,
+steps) buffer, chosen by ``lax.switch``). Results equal the padded path's to float
 rounding.
 
 A step is *valid* (trained on) when the agent acts on it, is controlled by the learner
@@ -47,7 +48,12 @@ from jaxdrive.env.observation import goal_features
 from jaxdrive.metrics.episode import report_values
 from jaxdrive.metrics.registry import report_names
 from jaxdrive.metrics.trials import TrialTotals, adaptation_metrics
-from jaxdrive.models.dense import DenseRows, capacities_for, which_buffer
+from jaxdrive.models.dense import (
+    DenseRows,
+    capacities_for,
+    row_step_buffers,
+    which_row_step_buffer,
+)
 from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
 from jaxdrive.parallel import along, check_divisible, constrain, replicated, rows_split
@@ -134,11 +140,6 @@ def _rows(x: jax.Array) -> jax.Array:
     return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
 
 
-def _take_cache_rows(cache: KVCache, idx: jax.Array) -> KVCache:
-    return KVCache(k=cache.k[:, idx], v=cache.v[:, idx], pos=cache.pos[idx],
-                   garbage=cache.garbage[idx], next_pos=cache.next_pos[idx])
-
-
 class PPO:
     """The training step of one run configuration (static: env, policies, optimiser).
 
@@ -220,6 +221,21 @@ class PPO:
         """Agent-steps of a minibatch's dense buffers."""
         t = self.config.train
         return self._capacities(self.num_rows // t.minibatches * t.rollout_steps)
+
+    @property
+    def update_buffers(self) -> tuple[tuple[int, int], ...]:
+        """(agent rows, agent-steps) of a minibatch's dense buffers, ascending in both
+        (``jaxdrive.models.dense.row_step_buffers``; empty: every minibatch padded). The
+        transformer's temporal decoder runs on the buffer's rows, the rest per step on
+        its steps; a policy without a decoder packs steps only."""
+        t = self.config.train
+        rows = self.num_rows // t.minibatches
+        full = rows * t.rollout_steps
+        if min(self.update_capacities) >= full:
+            return ()
+        pack_rows = (self.policy.config.kind == "transformer"
+                     and min(self._capacities(rows)) < rows)
+        return row_step_buffers(self.dense_shares, rows, t.rollout_steps, pack_rows)
 
     @property
     def dense(self) -> bool:
@@ -403,18 +419,21 @@ class PPO:
         return ep_ema, tr_ema, completed
 
     # ------------------------------------------------------------------ update
-    def _loss(self, params, cache: KVCache, mb: dict, capacity: int | None = None):
-        """PPO loss of a minibatch of (R, T) agent steps. With ``capacity`` the encoder,
-        the heads and the loss terms run on a dense buffer of that many steps, the
-        minibatch's computed ones (the caller checked that they fit): every sum is over
-        the same valid steps, so the loss equals the padded one to float rounding."""
+    def _loss(self, params, cache: KVCache, mb: dict, buffer: tuple[int, int] | None = None):
+        """PPO loss of a minibatch of (R, T) agent steps. With ``buffer`` (rows, steps)
+        the encoder, the heads and the loss terms run on a dense buffer of that many
+        steps, the minibatch's computed ones, and the temporal decoder on that many rows,
+        those holding them (the caller checked that they fit): every sum is over the
+        same valid steps, so the loss equals the padded one to float rounding."""
         pol = self.policy
-        if capacity is None:
+        if buffer is None:
             out = pol.sequence(params, cache, mb["obs"], mb["first"], mb["removed"])
             step = mb
         else:
+            row_cap, step_cap = buffer
             out, idx, used = pol.sequence_at(params, cache, mb["obs"], mb["first"],
-                                             mb["removed"], mb["computed"], capacity)
+                                             mb["removed"], mb["computed"], step_cap,
+                                             row_capacity=row_cap)
             at = lambda x: x.reshape((-1,) + x.shape[2:])[idx]
             step = {k: at(mb[k]) for k in ("action", "logp", "value", "advantages",
                                             "returns", "valid")
@@ -444,19 +463,20 @@ class PPO:
 
     def _grads(self, params, cache: KVCache, mb: dict):
         """Gradients and ``LossStats`` of a minibatch. With dense rows, one whole gradient
-        computation per buffer size, the smallest that holds the minibatch's computed
-        steps chosen by ``lax.switch`` (a switch inside the gradient would make every
-        branch carry every other branch's residuals); ``stats.dense_overflow`` is 1.0
-        when none held them and the padded computation ran."""
-        sizes = DenseRows(mb["computed"].reshape(-1), self.update_capacities).sizes
-        grad = lambda cap: (lambda p, c, b: jax.grad(self._loss, has_aux=True)(p, c, b, cap))
-        if not sizes:
+        computation per buffer (``update_buffers``), the first that holds the
+        minibatch's computed steps and the rows holding them chosen by ``lax.switch`` (a
+        switch inside the gradient would make every branch carry every other branch's
+        residuals); ``stats.dense_overflow`` is 1.0 when none held them and the padded
+        computation ran."""
+        buffers = self.update_buffers
+        grad = lambda buf: (lambda p, c, b: jax.grad(self._loss, has_aux=True)(p, c, b, buf))
+        if not buffers:
             return grad(None)(params, cache, mb)
-        which = which_buffer(mb["computed"].reshape(-1), sizes)
-        grads, stats = jax.lax.switch(which, [grad(c) for c in sizes] + [grad(None)],
+        which = which_row_step_buffer(mb["computed"], buffers)
+        grads, stats = jax.lax.switch(which, [grad(b) for b in buffers] + [grad(None)],
                                       params, cache, mb)
         return grads, stats.replace(
-            dense_overflow=(which == len(sizes)).astype(jnp.float32))
+            dense_overflow=(which == len(buffers)).astype(jnp.float32))
 
     def _update(self, params, opt_state, cache0: KVCache, batch: dict, key):
         t = self.config.train
@@ -469,7 +489,7 @@ class PPO:
         def minibatch(carry, idx):
             params, opt_state = carry
             mb = constrain(jax.tree.map(lambda x: x[idx], batch), self._sharding(0))
-            cache = _take_cache_rows(cache0, idx)
+            cache = cache0.rows(idx)
             if self.mesh is not None:
                 cache = constrain(cache, self._cache_shardings(cache))
             grads, stats = self._grads(params, cache, mb)
