@@ -173,7 +173,7 @@ def test_attention_weights_reproduce_the_decoder_output():
         y_b, cache_b, w = decoder.apply(params, x, cache_b, removed, True,
                                         method=TemporalDecoder.step)
         # weights @ V (the updated cache's values), then the rest of the layer.
-        attended = jnp.einsum("nhs,nshd->nhd", w[0], cache_b.v[0])
+        attended = jnp.einsum("nhs,nhsd->nhd", w[0], cache_b.v[0])
         rebuilt = decoder.apply(params, x, attended, cache_b.next_pos - 1,
                                 method=_reconstruct)
         return y_a, cache_a, y_b, cache_b, w, rebuilt

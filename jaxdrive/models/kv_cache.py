@@ -23,8 +23,10 @@ class KVCache:
     """Cached keys/values of N agents.
 
     Attributes:
-      k, v: (L, N, S, heads, head_dim) keys and values per decoder layer, agent and slot
-        (layer-major, so that one layer's block is contiguous).
+      k, v: (L, N, heads, S, head_dim) keys and values per decoder layer, agent, head
+        and slot (layer-major, so that one layer's block is contiguous; head-major
+        within a row, so that one query's attention is one contraction over contiguous
+        slots).
       pos: (N, S) int32, position within the episode of each slot's step; -1 = empty.
       garbage: (N, S) bool, the slot was written while the agent was removed.
       next_pos: (N,) int32, position of the agent's next step (steps so far this episode).
@@ -45,7 +47,7 @@ class KVCache:
     def create(cls, num_agents: int, num_layers: int, horizon: int, heads: int,
                head_dim: int, dtype=jnp.float32) -> KVCache:
         """An empty cache (every slot empty, positions start at 0)."""
-        shape = (num_layers, num_agents, horizon, heads, head_dim)
+        shape = (num_layers, num_agents, heads, horizon, head_dim)
         return cls(
             k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
             pos=jnp.full((num_agents, horizon), -1, jnp.int32),

@@ -68,9 +68,12 @@ class PolicyConfig(ConfigBase):
         actor and critic read; ``train.aux_goal_coef`` weights its loss. With the goal
         hidden, the head can only be right by remembering what earlier trials showed,
         so its loss teaches the memory what to keep. Acting never reads it.
-      attention_heads: how the attention contractions are laid out, ``per_head`` (one
-        per head: ~6x faster on XLA CPU) or ``batched`` (one with a heads axis); the
-        same parameters and, to float rounding, the same outputs.
+      attention_heads: how the attention contractions of the scene encoder and of the
+        temporal decoder's training segments are laid out, ``per_head`` (one per head:
+        ~6x faster on XLA CPU) or ``batched`` (one with a heads axis); the same
+        parameters and, to float rounding, the same outputs. (The rollout's decoder
+        step, one query per agent over its head-major cache, is always one contraction:
+        the faster form there on CPU too.)
     """
 
     kind: str = "transformer"

@@ -33,41 +33,57 @@ def sinusoid(pos: jax.Array, dim: int) -> jax.Array:
     return jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
 
 
-def attention(q: jax.Array, blocks, return_weights: bool = False, batched: bool = False):
-    """Softmax attention over several key blocks with one normaliser.
+def attention(q: jax.Array, blocks, batched: bool = False) -> jax.Array:
+    """Softmax attention over several key blocks with one normaliser (training's
+    segments: the cache block and the segment's own).
 
     Args:
       q: (B, T, heads, head_dim) queries.
-      blocks: sequence of (k, v, mask): k, v (B, S_i, heads, head_dim), mask (B, T, S_i)
-        bool; every query must have at least one True over all blocks.
-      return_weights: also return the softmax weights (for inspection; the output and
-        the computation are the same either way).
+      blocks: sequence of (k, v, mask): k, v (B, heads, S_i, head_dim) (head-major, as
+        the cache stores them), mask (B, T, S_i) bool; every query must have at least
+        one True over all blocks.
+      batched: one contraction with a heads axis instead of one per head
+        (``PolicyConfig.attention_heads``).
     Returns:
-      (B, T, heads, head_dim); with ``return_weights`` also a list with one
-      (B, T, heads, S_i) float32 array of weights per block (masked entries exactly 0).
+      (B, T, heads, head_dim).
     """
     scale = 1.0 / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
-    if batched:  # one contraction with a heads axis (``PolicyConfig.attention_heads``)
-        scores = [jnp.einsum("bthd,bshd->bths", q, k).astype(jnp.float32) * scale
+    if batched:
+        scores = [jnp.einsum("bthd,bhsd->bths", q, k).astype(jnp.float32) * scale
                   for k, _, _ in blocks]
         weights = joint_softmax(scores, [mask[:, :, None, :] for _, _, mask in blocks])
-        out = sum(jnp.einsum("bths,bshd->bthd", w.astype(v.dtype), v)
-                  for w, (_, v, _) in zip(weights, blocks, strict=True))
-        return (out, weights) if return_weights else out
-    heads, head_weights = [], []
+        return sum(jnp.einsum("bths,bhsd->bthd", w.astype(v.dtype), v)
+                   for w, (_, v, _) in zip(weights, blocks, strict=True))
+    heads = []
     # One head at a time: XLA CPU runs these batched contractions much faster without
     # a heads axis.
     for h in range(q.shape[2]):
-        scores = [jnp.einsum("btd,bsd->bts", q[:, :, h], k[:, :, h]).astype(jnp.float32)
+        scores = [jnp.einsum("btd,bsd->bts", q[:, :, h], k[:, h]).astype(jnp.float32)
                   * scale for k, _, _ in blocks]
         weights = joint_softmax(scores, [mask for _, _, mask in blocks])
-        head_weights.append(weights)
-        heads.append(sum(jnp.einsum("bts,bsd->btd", w.astype(v.dtype), v[:, :, h])
+        heads.append(sum(jnp.einsum("bts,bsd->btd", w.astype(v.dtype), v[:, h])
                          for w, (_, v, _) in zip(weights, blocks, strict=True)))
-    out = jnp.stack(heads, axis=2)
-    if not return_weights:
-        return out
-    return out, [jnp.stack([w[i] for w in head_weights], axis=2) for i in range(len(blocks))]
+    return jnp.stack(heads, axis=2)
+
+
+def attention_step(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array):
+    """One query per row over its cache: the rollout's attention.
+
+    One contraction with a heads axis over the head-major cache: on XLA CPU 2x faster
+    than a contraction per head here (measured in ``docs/benchmarks.md``), whatever
+    ``attention``'s layout.
+
+    Args:
+      q: (N, heads, head_dim); k, v: (N, heads, S, head_dim); mask: (N, S) bool, at
+        least one True per row.
+    Returns:
+      (N, heads, head_dim) outputs and (N, heads, S) float32 weights (masked entries
+      exactly 0).
+    """
+    scale = 1.0 / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
+    scores = jnp.einsum("nhd,nhsd->nhs", q, k).astype(jnp.float32) * scale
+    (weights,) = joint_softmax([scores], [mask[:, None, :]])
+    return jnp.einsum("nhs,nhsd->nhd", weights.astype(v.dtype), v), weights
 
 
 class DecoderLayer(nn.Module):
@@ -149,7 +165,7 @@ class TemporalDecoder(nn.Module):
         slot = p % s
         own = jnp.arange(s)[None, :] == slot[:, None]
         pos = jnp.where(own, p[:, None], cache.pos)
-        mask = slot_mask(pos, cache.garbage & ~own, p, s)[:, None, :]  # (N, 1, S)
+        mask = slot_mask(pos, cache.garbage & ~own, p, s)  # (N, S)
         k_cache, v_cache = cache.k, cache.v
         # Each row writes its own slot. On one device a scatter at (row, slot) pairs,
         # done in place. With rows split over devices (``rows_split``) a per-row update
@@ -157,26 +173,22 @@ class TemporalDecoder(nn.Module):
         # writes without communication (the scatter becomes per-step all-gathers), but on
         # CPU it copies the cache, ~100x slower than the in-place scatter.
         rows = jnp.arange(x.shape[0])
-        write = jax.vmap(lambda c, i, u: jax.lax.dynamic_update_index_in_dim(c, u, i, 0))
+        write = jax.vmap(lambda c, i, u: jax.lax.dynamic_update_index_in_dim(c, u, i, 1))
         split = rows_are_split()
         layer_weights = []
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.project(x)
+            q, k, v = layer.project(x)  # (N, heads, head_dim)
             k, v = k.astype(k_cache.dtype), v.astype(v_cache.dtype)
             if split:
                 k_cache = k_cache.at[i].set(write(k_cache[i], slot, k))
                 v_cache = v_cache.at[i].set(write(v_cache[i], slot, v))
             else:
-                k_cache = k_cache.at[i, rows, slot].set(k)
-                v_cache = v_cache.at[i, rows, slot].set(v)
+                k_cache = k_cache.at[i, rows, :, slot].set(k)
+                v_cache = v_cache.at[i, rows, :, slot].set(v)
+            a, w = attention_step(q, k_cache[i], v_cache[i], mask)
             if return_attention:
-                a, (w,) = attention(q[:, None], [(k_cache[i], v_cache[i], mask)],
-                                    return_weights=True, batched=self.batched_heads)
-                layer_weights.append(w[:, 0])
-            else:
-                a = attention(q[:, None], [(k_cache[i], v_cache[i], mask)],
-                              batched=self.batched_heads)
-            x = layer.finish(x, a[:, 0])
+                layer_weights.append(w)
+            x = layer.finish(x, a)
         cache = KVCache(
             k=k_cache, v=v_cache, pos=pos,
             garbage=jnp.where(own, removed[:, None], cache.garbage), next_pos=p + 1,
@@ -207,9 +219,11 @@ class TemporalDecoder(nn.Module):
                     & (~removed[:, None, :] | own[None]))
         ctx_mask = (episode == 0)[:, :, None] & slot_mask(
             cache.pos[:, None, :], cache.garbage[:, None, :], pos, s)
+        heads_first = lambda a: jnp.swapaxes(a, 1, 2)  # (B, T, heads, hd) -> (B, heads, T, hd)
         for i, layer in enumerate(self.layers):
             q, k, v = layer.project(x)
             a = attention(q, [(cache.k[i].astype(k.dtype), cache.v[i].astype(v.dtype),
-                               ctx_mask), (k, v, seg_mask)], batched=self.batched_heads)
+                               ctx_mask), (heads_first(k), heads_first(v), seg_mask)],
+                          batched=self.batched_heads)
             x = layer.finish(x, a)
         return x
