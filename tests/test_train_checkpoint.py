@@ -277,3 +277,47 @@ def test_a_failed_background_save_is_raised_by_the_next_call(tmp_path):
     saver.wait()  # reported once
     saver.submit(2, host_snapshot(_train_state(0)), {})
     saver.close(raise_errors=False)  # another error is being reported: this one is dropped
+
+
+def test_resume_converts_a_slot_major_kv_cache_and_refuses_other_mismatches(tmp_path):
+    """Checkpoints written before the head-major cache (k, v (L, N, S, heads, hd)) restore
+    into today's (L, N, heads, S, hd) transposed; any other shape still fails."""
+    from flax import struct
+
+    from jaxdrive.models.kv_cache import KVCache
+    from jaxdrive.train.run import restore_train_state
+
+    @struct.dataclass
+    class State:
+        cache: KVCache
+        co_caches: tuple
+        params: jax.Array
+
+    def cache(shape, seed):
+        k = jax.random.normal(jax.random.key(seed), shape)
+        return KVCache(k=k, v=2.0 * k, pos=jnp.zeros((2, 5), jnp.int32),
+                       garbage=jnp.zeros((2, 5), bool), next_pos=jnp.zeros((2,), jnp.int32))
+
+    old_layout = (1, 2, 5, 3, 4)  # (L, N, S, heads, hd)
+    saved = State(cache=cache(old_layout, 0), co_caches=(cache(old_layout, 1),),
+                  params=jnp.arange(3.0))
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    ckpt.save(1, saved, {"iteration": 1})
+    new_layout = (1, 2, 3, 5, 4)
+    target = State(cache=cache(new_layout, 2), co_caches=(cache(new_layout, 3),),
+                   params=jnp.zeros(3))
+    logged = []
+    state, meta = restore_train_state(ckpt, target, 1, logged.append)
+    assert meta == {"iteration": 1} and len(logged) == 1 and "d61cecb" in logged[0]
+    for got, want in ((state.cache, saved.cache), (state.co_caches[0], saved.co_caches[0])):
+        np.testing.assert_array_equal(np.asarray(got.k), np.swapaxes(np.asarray(want.k), 2, 3))
+        np.testing.assert_array_equal(np.asarray(got.v), np.swapaxes(np.asarray(want.v), 2, 3))
+    np.testing.assert_array_equal(np.asarray(state.params), np.arange(3.0))
+    # Today's layout restores as it is, without a word.
+    ckpt.save(2, state, {"iteration": 2})
+    again, _ = restore_train_state(ckpt, target, 2, logged.append)
+    assert len(logged) == 1
+    np.testing.assert_array_equal(np.asarray(again.cache.k), np.asarray(state.cache.k))
+    # Another mismatch (params of another size) is the usual error.
+    with pytest.raises(ValueError, match="params"):
+        restore_train_state(ckpt, target.replace(params=jnp.zeros(4)), 2, logged.append)

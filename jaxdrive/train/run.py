@@ -260,6 +260,29 @@ def check_finite(it: int, metrics: dict, flags=None, names=()) -> None:
         "values, or lower train.learning_rate")
 
 
+def restore_train_state(ckpt: Checkpointer, target, step: int, log=print):
+    """``ckpt.restore(target, step)`` for a ``TrainState``, also from checkpoints written
+    before the KV cache became head-major (commit d61cecb: k, v (L, N, S, heads, hd),
+    now (L, N, heads, S, hd)): those caches come back transposed, logged once. Any other
+    mismatch raises ``restore``'s error."""
+    try:
+        return ckpt.restore(target, step=step)
+    except ValueError as err:
+        if "cache" not in str(err):
+            raise
+        swap = lambda c: c.replace(k=jnp.swapaxes(c.k, 2, 3), v=jnp.swapaxes(c.v, 2, 3))
+        old = target.replace(cache=swap(target.cache),
+                             co_caches=tuple(swap(c) for c in target.co_caches))
+        try:
+            state, meta = ckpt.restore(old, step=step)
+        except ValueError:
+            raise err from None
+        log(f"checkpoint step {step} holds the KV cache in the layout before d61cecb "
+            "(slot-major); converted to head-major")
+        return state.replace(cache=swap(state.cache),
+                             co_caches=tuple(swap(c) for c in state.co_caches)), meta
+
+
 def _wandb_writer(config: RunConfig, run_dir: Path, resume_id: str | None):
     mode = config.logging.wandb
     if mode == "off":
@@ -348,7 +371,8 @@ class _Run:
         self._build(resume_meta)
         self.start_it, wandb_id = 0, None
         if resume:
-            state, meta = self.ckpt.restore(self.state, step=self.ckpt.latest_step())
+            state, meta = restore_train_state(self.ckpt, self.state,
+                                              self.ckpt.latest_step(), self.log)
             # On a mesh the restored arrays already have the state's shardings.
             self.state = state if self.mesh is not None else jax.tree.map(_uncommitted, state)
             self.start_it, wandb_id = int(meta["iteration"]), meta.get("wandb_id")
