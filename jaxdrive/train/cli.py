@@ -55,7 +55,7 @@ from jaxdrive.distributed import (
     is_main_process,
 )
 from jaxdrive.files import OutputError, UnsafeNameError
-from jaxdrive.runs.config import RunConfig, load_run_config
+from jaxdrive.runs.config import RunConfig, load_run_config, member_config
 from jaxdrive.runs.load import read_run_config
 from jaxdrive.runs.lock import RunLockedError
 from jaxdrive.train.population import train_population
@@ -144,7 +144,8 @@ def _population_config(args) -> int | None:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for i, metrics in enumerate(results):
-        print(f"member_{i}: " + "; ".join(summary_lines(metrics, pop_dir / f"member_{i}")))
+        print(f"member_{i}: " + "; ".join(summary_lines(metrics, pop_dir / f"member_{i}",
+                                                        member_config(config, i))))
     print(pop_dir)
     return 0
 
