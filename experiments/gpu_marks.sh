@@ -3,7 +3,9 @@
 #   run(command="bash experiments/gpu_marks.sh", timeout_s=560)
 # - env >= 100M agent-steps/s at 64 agents per scene (63 partners, 200 road points);
 # - the transformer's step/sequence paths, per-head vs batched attention layout
-#   (PolicyConfig.attention_heads): pick the layout per backend from these;
+#   (PolicyConfig.attention_heads, which lays out the encoder and the training
+#   segments; the rollout's decoder step is one contraction over the head-major cache
+#   either way): pick the layout per backend from these;
 # - selfplay_gpu.yaml with the transformer: trained agent-steps/s (target >= 2M).
 # Every step has its own time limit; JSON goes to $OUT (./gpu_marks without it).
 # The machine has no network: the package runs from the tree (PYTHONPATH), on the
