@@ -94,20 +94,6 @@ def row_step_buffers(shares, rows: int, steps_per_row: int,
     return tuple(kept)
 
 
-def which_row_step_buffer(mask: jax.Array, buffers: tuple[tuple[int, int], ...]) -> jax.Array:
-    """() int32: index of the first of ``buffers`` (``row_step_buffers``) that holds the
-    rows and the steps ``mask`` (R, T) selects (a row counts when any of its steps is
-    selected); ``len(buffers)`` when none does (the padded batch)."""
-    live_rows = jnp.sum(jnp.any(mask, axis=1).astype(jnp.int32))
-    row_caps = jnp.asarray([r for r, _ in buffers], jnp.int32)
-    step_caps = jnp.asarray([s for _, s in buffers], jnp.int32)
-    # Both columns ascend: the first pair holding both counts is the later of the first
-    # pairs holding each.
-    steps = jnp.sum(mask.astype(jnp.int32))
-    return jnp.maximum(jnp.sum((row_caps < live_rows).astype(jnp.int32)),
-                       jnp.sum((step_caps < steps).astype(jnp.int32)))
-
-
 def dense_indices(mask: jax.Array, capacity: int) -> tuple[jax.Array, jax.Array]:
     """The rows ``mask`` (M,) selects, packed: ``(idx, used)``, both (capacity,): the
     selected rows' indices in order, then index 0 in the unused slots (``used`` False)."""
@@ -120,6 +106,16 @@ def which_buffer(mask: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
     ``mask`` selects; ``len(sizes)`` when none does (the full batch)."""
     count = jnp.sum(mask.astype(jnp.int32))
     return jnp.sum((jnp.asarray(sizes, jnp.int32) < count).astype(jnp.int32))
+
+
+def which_row_step_buffer(mask: jax.Array, buffers: tuple[tuple[int, int], ...]) -> jax.Array:
+    """() int32: index of the first of ``buffers`` (``row_step_buffers``) that holds the
+    rows and the steps ``mask`` (R, T) selects (a row counts when any of its steps is
+    selected); ``len(buffers)`` when none does (the padded batch)."""
+    # Both columns ascend: the first pair holding both counts is the later of the first
+    # pairs holding each.
+    return jnp.maximum(which_buffer(jnp.any(mask, axis=1), tuple(r for r, _ in buffers)),
+                       which_buffer(mask.reshape(-1), tuple(s for _, s in buffers)))
 
 
 def overflowed(rows: DenseRows) -> jax.Array:
