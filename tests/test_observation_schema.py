@@ -1,5 +1,6 @@
 """The observation schema: rows written by ``observe`` are the ones the enums name."""
 
+import dataclasses
 import enum
 
 import jax
@@ -37,8 +38,7 @@ STEER = [0.1, 0.0, 0.0, 0.0]
 ACCEL = [1.5, 0.0, 0.0, 0.0]
 
 
-@pytest.fixture(scope="module")
-def case():
+def _observe_case(config):
     scene = straight_road(SMALL_SCENARIO, AGENTS, goals=GOALS)
     pool = make_pool(jax.tree.map(lambda x: jnp.asarray(x)[None], scene), INDEX)
     obj = scene.objects
@@ -47,9 +47,21 @@ def case():
         vel=jnp.asarray(obj.vel[:, 0]), steer=jnp.asarray(STEER, jnp.float32),
         accel=jnp.asarray(ACCEL, jnp.float32), valid=jnp.asarray(obj.valid[:, 0]))
     obs = jax.jit(observe, static_argnums=0)(
-        CFG, pool, jnp.int32(0), agents, agents.valid, jnp.asarray(obj.length),
+        config, pool, jnp.int32(0), agents, agents.valid, jnp.asarray(obj.length),
         jnp.asarray(obj.width), jnp.asarray(obj.type), jnp.asarray(obj.goal), jnp.int32(0))
     return scene, agents, jax.device_get(obs)
+
+
+@pytest.fixture(scope="module")
+def case():
+    return _observe_case(CFG)
+
+
+@pytest.fixture(scope="module")
+def every_partner_case():
+    """K = A - 1: every other slot is a partner, in slot order (the path with no
+    nearest-K selection)."""
+    return _observe_case(dataclasses.replace(CFG, num_partners=A - 1))
 
 
 def test_enum_sizes_are_the_written_sizes(case):
@@ -101,6 +113,29 @@ def test_partner_rows_by_name(case):
     assert not obs.partner_mask[3].any() and np.all(obs.partners[3] == 0)
 
 
+def test_partner_rows_by_name_with_every_other_agent(every_partner_case, case):
+    _, _, obs = every_partner_case
+    # Observer 2 sees slots 0, 1, 3 in that order. Agent 0 is 30 m behind in its frame
+    # (it drives -x) and 4 m to its left, heading opposite, closing at 8 + 10 = 18 m/s
+    # along its forward axis; agent 1 is 42 m behind, closing at 13 m/s; slot 3 is empty.
+    p = obs.partners[2]  # (F, 3)
+    want = {
+        PartnerFeature.X: [-30 / 50, -42 / 50, 0.0], PartnerFeature.Y: [4 / 50, 4 / 50, 0.0],
+        PartnerFeature.COS_YAW: [-1.0, -1.0, 0.0], PartnerFeature.SIN_YAW: [0.0, 0.0, 0.0],
+        PartnerFeature.VEL_X: [-18 / 30, -13 / 30, 0.0],
+        PartnerFeature.VEL_Y: [0.0, 0.0, 0.0],
+        PartnerFeature.LENGTH: [0.4, 0.4, 0.0], PartnerFeature.WIDTH: [0.2, 0.2, 0.0],
+        PartnerFeature.VALID: [1.0, 1.0, 0.0],
+        PartnerFeature.TYPE: [ObjectType.VEHICLE, ObjectType.VEHICLE, 0.0],
+    }
+    for feature, value in want.items():
+        np.testing.assert_allclose(p[feature], value, atol=1e-5, err_msg=feature.name)
+    # Observer 0's two nearest (the K = 2 case) are its first two of the three.
+    _, _, nearest = case
+    np.testing.assert_array_equal(obs.partners[0][:, :2], nearest.partners[0])
+    assert np.all(obs.partners[3] == 0)
+
+
 @pytest.mark.parametrize("agent", [0, 2])
 def test_road_rows_by_name(case, agent):
     scene, agents, obs = case
@@ -149,3 +184,10 @@ def test_writer_refuses_a_schema_row_it_does_not_write():
         observation_module._in_schema_order(Grown, {Grown.X: 0.0, Grown.Y: 1.0})
     assert observation_module._in_schema_order(
         Grown, {Grown.NEW: 2, Grown.Y: 1, Grown.X: 0}) == [0, 1, 2]
+    # Rows written in blocks: all of them, once, in the schema's order.
+    for bad in ([((Grown.X, Grown.Y), "xy")], [((Grown.Y, Grown.X), "yx"), ((Grown.NEW,), "n")],
+                [((Grown.X, Grown.Y), "xy"), ((Grown.NEW, Grown.NEW), "nn")]):
+        with pytest.raises(ValueError, match="schema's order"):
+            observation_module._blocks_in_schema_order(Grown, bad)
+    assert observation_module._blocks_in_schema_order(
+        Grown, [((Grown.X,), "x"), ((Grown.Y, Grown.NEW), "yn")]) == ["x", "yn"]

@@ -71,6 +71,17 @@ def _in_schema_order(schema, rows: dict) -> list:
     return [rows[f] for f in schema]
 
 
+def _blocks_in_schema_order(schema, blocks) -> list:
+    """``blocks`` ((features, array) pairs, each array holding its features' rows in that
+    order) as a list of arrays, after checking that together they write every row of the
+    schema once, in its order."""
+    written = [f for features, _ in blocks for f in features]
+    if written != list(schema):
+        raise ValueError(f"{schema.__name__} rows written as {[f.name for f in written]}, "
+                         f"not in the schema's order {[f.name for f in schema]}")
+    return [array for _, array in blocks]
+
+
 @dataclasses.dataclass(frozen=True)
 class ObservationConfig(ConfigBase):
     """Observation sizes and normalisation.
@@ -224,22 +235,28 @@ def _partner_rows(config, agents, visible, cos, sin, px, py, pvx, pvy, pc, ps, p
     dvx = pvx - agents.vel[:, 0, None]
     dvy = pvy - agents.vel[:, 1, None]
     ok = pvisible & visible[:, None] & (dx * dx + dy * dy <= config.partner_radius**2)
-    okf = ok.astype(jnp.float32)
-    ones = jnp.ones_like(okf)
-    rows = {
-        PartnerFeature.X: (c * dx + s * dy) / config.partner_radius,
-        PartnerFeature.Y: (-s * dx + c * dy) / config.partner_radius,
-        PartnerFeature.COS_YAW: pc * c + ps * s,  # cos(partner yaw - ego yaw)
-        PartnerFeature.SIN_YAW: ps * c - pc * s,  # sin(partner yaw - ego yaw)
-        PartnerFeature.VEL_X: (c * dvx + s * dvy) / config.speed_scale,
-        PartnerFeature.VEL_Y: (-s * dvx + c * dvy) / config.speed_scale,
-        PartnerFeature.LENGTH: ones * plength,
-        PartnerFeature.WIDTH: ones * pwidth,
-        PartnerFeature.VALID: ones,
-        PartnerFeature.TYPE: ones * ptype,
-    }
-    return jnp.stack([r * okf for r in _in_schema_order(PartnerFeature, rows)],
-                     axis=1).astype(jnp.float32)
+    # The rows are written as four blocks, not ten: XLA's CPU backend fuses the row
+    # arithmetic into the output's concatenation only up to 8 operands; beyond that
+    # each row is its own loop and the concatenation one more copy (1.1x on the env
+    # step at 64 agents with 63 partners). A rotated pair shares one expression over a
+    # size-2 axis: x' = c x + s y and y' = -s x + c y.
+    rot_x = jnp.stack([cos, -sin], axis=1)[:, :, None]  # (A, 2, 1)
+    rot_y = jnp.stack([sin, cos], axis=1)[:, :, None]
+    ones = jnp.ones_like(dx)
+    blocks = (
+        ((PartnerFeature.X, PartnerFeature.Y),
+         (rot_x * dx[:, None] + rot_y * dy[:, None]) / config.partner_radius),
+        ((PartnerFeature.COS_YAW, PartnerFeature.SIN_YAW),  # of partner yaw - ego yaw
+         jnp.stack([pc * c + ps * s, ps * c - pc * s], axis=1)),
+        ((PartnerFeature.VEL_X, PartnerFeature.VEL_Y),
+         (rot_x * dvx[:, None] + rot_y * dvy[:, None]) / config.speed_scale),
+        ((PartnerFeature.LENGTH, PartnerFeature.WIDTH, PartnerFeature.VALID,
+          PartnerFeature.TYPE),
+         jnp.stack([ones * plength, ones * pwidth, ones, ones * ptype], axis=1)),
+    )
+    return jnp.concatenate([jnp.where(ok[:, None, :], block, 0.0)
+                            for block in _blocks_in_schema_order(PartnerFeature, blocks)],
+                           axis=1).astype(jnp.float32)
 
 
 def _road_features(config, pool, scenario_id, agents, trig):
