@@ -183,6 +183,74 @@ def test_signed_distance_matches_shapely_on_10000_points():
     assert 0.2 * total < outside < 0.8 * total
 
 
+def _side_by_float_max_then_any(points, ax, ay, ux, uy, length):
+    """Reference for the side rule of ``signed_distance_to_segments``, written as the
+    rule reads: among the segments tied for nearest, the largest |cross| wins, and the
+    point is right (off-road) if any winner has it on its right (two passes)."""
+    px = points[..., 0, None] - ax
+    py = points[..., 1, None] - ay
+    along = px * ux + py * uy
+    cross = ux * py - uy * px
+    excess = along - jnp.clip(along, 0.0, jnp.maximum(length, 0.0))
+    d2 = jnp.where(length >= 0, excess * excess + cross * cross, jnp.float32(1e30))
+    d2min = jnp.min(d2, axis=-1, keepdims=True)
+    tied = d2 <= d2min * (1.0 + geometry._TIE_REL) + geometry._TIE_ABS2
+    score = jnp.where(tied, jnp.abs(cross), -1.0)
+    best = jnp.max(score, axis=-1, keepdims=True)
+    right = jnp.any((score >= best) & (cross < 0), axis=-1)
+    dist = jnp.sqrt(d2min[..., 0])
+    return jnp.where(d2min[..., 0] < 1e29, jnp.where(right, dist, -dist),
+                     geometry.NO_EDGE_DISTANCE)
+
+
+def test_side_rule_equals_the_two_pass_reference_on_exact_ties():
+    # Axis-aligned segments between integer grid points and points on a half-integer
+    # grid: every product is exact (no rounding for a fused multiply-add to change), and
+    # many points are exactly as near to two segments (shared vertices, a segment and its
+    # reverse, parallel neighbours) with |cross| equal too, where the one-pass integer
+    # key must still give the rule's answer. Invalid segments (length -1) are mixed in.
+    rng = np.random.default_rng(7)
+    n, e = 4096, 12
+    a = rng.integers(-3, 4, (n, e, 2)).astype(np.float32)
+    axis = rng.integers(0, 2, (n, e))
+    step = rng.integers(-2, 3, (n, e)).astype(np.float32)
+    d = np.stack([np.where(axis == 0, step, 0.0), np.where(axis == 1, step, 0.0)], -1)
+    b = a + d
+    b[:, 1::4] = a[:, 0::4]  # reversed copies and shared vertices
+    a[:, 1::4] = b[:, 0::4]
+    d = b - a
+    length = np.sqrt((d * d).sum(-1))
+    unit = d / np.where(length > 0, length, 1.0)[..., None]
+    length = np.where(rng.random((n, e)) < 0.1, -1.0, length).astype(np.float32)
+    pts = (rng.integers(-8, 9, (n, 2)) / 2.0).astype(np.float32)
+    args = (jnp.asarray(pts), jnp.asarray(a[..., 0]), jnp.asarray(a[..., 1]),
+            jnp.asarray(unit[..., 0]), jnp.asarray(unit[..., 1]), jnp.asarray(length))
+    got = np.asarray(jax.jit(geometry.signed_distance_to_segments)(*args))
+    want = np.asarray(jax.jit(_side_by_float_max_then_any)(*args))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    # The cases that matter occur (counted exactly in float64): points whose farthest
+    # tied segments disagree on the side, and both signs overall.
+    px, py = pts[:, None, 0] - a[..., 0], pts[:, None, 1] - a[..., 1]
+    ux, uy = unit[..., 0].astype(np.float64), unit[..., 1].astype(np.float64)
+    along, cross = px * ux + py * uy, ux * py - uy * px
+    excess = along - np.clip(along, 0.0, np.maximum(length, 0.0))
+    d2 = np.where(length >= 0, excess**2 + cross**2, np.inf)
+    tied = d2 == d2.min(-1, keepdims=True)
+    far = tied & (np.abs(cross) == np.where(tied, np.abs(cross), -1).max(-1, keepdims=True))
+    contested = (far & (cross < 0)).any(-1) & (far & (cross > 0)).any(-1)
+    assert contested.sum() > 100, contested.sum()
+    assert np.all(got[contested] > 0)  # right of one winner is right
+    assert (got > 0).sum() > n // 20 and (got < 0).sum() > n // 20
+    # A hand case: the corner (0, 0) of segments +x and +y, the point (-1, -1) on the
+    # bisector: both at distance sqrt(2) with |cross| 1, the point right of the +x
+    # segment (cross -1) and left of the +y one: right of a winner, so off-road.
+    one = lambda *v: jnp.asarray([v], jnp.float32)  # noqa: E731
+    corner = geometry.signed_distance_to_segments(
+        one(-1.0, -1.0), one(0.0, 0.0), one(0.0, 0.0), one(1.0, 0.0), one(0.0, 1.0),
+        one(1.0, 1.0))
+    np.testing.assert_allclose(corner, [np.sqrt(2.0)], rtol=1e-6)
+
+
 # No edge merging: the grid must then equal the brute force exactly.
 index_cfg = road_index.RoadIndexConfig(
     grid_size=8, road_per_cell=16, chunk_size=4, edges_per_cell=32, edge_merge_tolerance=0.0
