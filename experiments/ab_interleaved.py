@@ -33,7 +33,8 @@ from pathlib import Path
 _RATE = {"env": ("agent_steps_per_s",), "train": ("steps_per_s",),
          "policy": ("step_agent_steps_per_s", "sequence_agent_steps_per_s")}
 _CASE_KEYS = {
-    "env": ("envs", "agents", "dynamics", "trials"),
+    "env": ("envs", "agents", "partners", "road_obs", "road_points", "dynamics", "trials",
+            "scenes"),
     "train": ("policy",),
     "policy": ("policy", "batch"),
 }
@@ -56,7 +57,11 @@ def _cases(result: dict) -> dict[str, float]:
         name = " ".join(f"{k}={record[k]}" for k in keys if k in record)
         for rate in rates:
             path = "" if len(rates) == 1 else " " + rate.split("_")[0]
-            cases[f"{kind} {name}{path}"] = float(record[rate])
+            case = f"{kind} {name}{path}"
+            if case in cases:  # two configurations under one name would mix their runs
+                raise ValueError(f"two records of one bench run are both named {case!r}; "
+                                 f"add the field that tells them apart to _CASE_KEYS")
+            cases[case] = float(record[rate])
     return cases
 
 
