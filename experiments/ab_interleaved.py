@@ -38,6 +38,9 @@ _CASE_KEYS = {
     "train": ("policy",),
     "policy": ("policy", "batch"),
 }
+# Fields older trees do not write, with the value they meant (before `bench env
+# --scenario` every record timed procedural scenes).
+_CASE_DEFAULTS = {"env": {"scenes": "procedural"}}
 
 
 def _run_bench(tree: Path, bench: str, out: Path) -> dict:
@@ -54,6 +57,7 @@ def _cases(result: dict) -> dict[str, float]:
     rates, keys = _RATE[kind], _CASE_KEYS[kind]
     cases = {}
     for record in result["records"]:
+        record = {**_CASE_DEFAULTS.get(kind, {}), **record}
         name = " ".join(f"{k}={record[k]}" for k in keys if k in record)
         for rate in rates:
             path = "" if len(rates) == 1 else " " + rate.split("_")[0]
