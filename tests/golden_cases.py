@@ -8,9 +8,11 @@ API moves only the few lines that read it change here, never the recorded files.
 
 Write the files with ``python tests/golden_cases.py`` (only when a change of behaviour
 is intended, and say so in the commit). Recording also writes the machine it ran on
-(CPU vendor, jax and jaxlib versions) into ``tests/golden/machines.json``: XLA's CPU
-code depends on the processor's vector instructions, so floats agree bit for bit only
-on a machine like the recording one (see ``golden_check``).
+(CPU vendor, generation, AVX-512, jax and jaxlib versions) into
+``tests/golden/machines.json``: XLA's CPU code depends on the processor's vector
+instructions, so floats agree bit for bit only on a machine like the recording one (see
+``golden_check``). A case whose arrays come out bit-identical keeps its file; only its
+machine record is updated.
 """
 
 from __future__ import annotations
@@ -339,20 +341,26 @@ MACHINES_PATH = os.path.join(GOLDEN_DIR, "machines.json")
 
 
 def machine() -> dict[str, str]:
-    """What decides XLA's CPU floating-point code here: the CPU vendor (its vector
-    instructions: AMD and Intel machines of this workplace differ) and jax / jaxlib."""
-    vendor = platform.processor() or platform.machine()
+    """What decides XLA's CPU floating-point code here: the processor (vendor, family and
+    model: LLVM tunes its vector code per CPU generation, so two AMD machines of this
+    workplace, Zen 5 and an older one, round matrix products differently), whether it
+    has AVX-512, and jax / jaxlib."""
+    first = {}  # /proc/cpuinfo's first processor block, "key: value" lines
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("vendor_id"):
-                    vendor = line.split(":", 1)[1].strip()
+                if not line.strip():
                     break
+                key, _, value = line.partition(":")
+                first[key.strip()] = value.strip()
     except OSError:
         pass
     import jaxlib
 
-    return {"cpu_vendor": vendor, "jax": jax.__version__, "jaxlib": jaxlib.__version__}
+    return {"cpu_vendor": first.get("vendor_id", platform.processor() or platform.machine()),
+            "cpu": f"family {first.get('cpu family', '?')} model {first.get('model', '?')}",
+            "avx512": str("avx512f" in first.get("flags", "").split()).lower(),
+            "jax": jax.__version__, "jaxlib": jaxlib.__version__}
 
 
 def recorded_machines() -> dict[str, dict[str, str]]:
@@ -363,14 +371,31 @@ def recorded_machines() -> dict[str, dict[str, str]]:
         return json.load(f)
 
 
+def _equal_to_recorded(name: str, arrays: dict[str, np.ndarray]) -> bool:
+    """Whether ``name``'s recorded file holds exactly ``arrays`` (names, dtypes, bytes)."""
+    if not os.path.exists(path(name)):
+        return False
+    with np.load(path(name)) as recorded:
+        if sorted(recorded.files) != sorted(arrays):
+            return False
+        return all(recorded[k].dtype == np.asarray(v).dtype
+                   and recorded[k].shape == np.shape(v)
+                   and recorded[k].tobytes() == np.asarray(v).tobytes()
+                   for k, v in arrays.items())
+
+
 def main(names: list[str]) -> None:
     os.makedirs(GOLDEN_DIR, exist_ok=True)
     cases = all_cases()
     machines = recorded_machines()
     for name in names or list(cases):
         arrays = cases[name]()
-        np.savez_compressed(path(name), **arrays)
         machines[name] = machine()
+        if _equal_to_recorded(name, arrays):
+            print(f"{name}: {len(arrays)} arrays bit-identical to {path(name)} (kept; "
+                  f"machine record updated)")
+            continue
+        np.savez_compressed(path(name), **arrays)
         print(f"{name}: {len(arrays)} arrays -> {path(name)}")
     with open(MACHINES_PATH, "w") as f:
         json.dump(dict(sorted(machines.items())), f, indent=1)
