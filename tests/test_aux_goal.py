@@ -22,6 +22,7 @@ import pytest
 from golden_cases import PPO_BASE
 
 from jaxdrive.config import ConfigError, merge
+from jaxdrive.env import Env
 from jaxdrive.env.observation import GOAL_FEATURES, goal_features
 from jaxdrive.models.policy import Policy
 from jaxdrive.runs.config import RunConfig
@@ -44,12 +45,13 @@ def _ppo(config: RunConfig):
 
 def test_goal_features_equal_the_visible_rows():
     config = _config()
-    env_h, params_h = build_env(config, 0, 2)
-    vis = config.env.replace(observation=config.env.observation.replace(goal="visible"))
-    env_v, params_v = build_env(config.replace(env=vis), 0, 2)
+    env_h, params = build_env(config, 0, 2)
+    # The same scenes (env params do not depend on the observation settings).
+    env_v = Env(config.env.replace(observation=config.env.observation.replace(
+        goal="visible")))
     reset = lambda env, p: env.reset_batch(p, jax.random.key(1), 3)
-    state, ts_h = jax.jit(reset, static_argnums=0)(env_h, params_h)
-    _, ts_v = jax.jit(reset, static_argnums=0)(env_v, params_v)
+    state, ts_h = jax.jit(reset, static_argnums=0)(env_h, params)
+    _, ts_v = jax.jit(reset, static_argnums=0)(env_v, env_v.make_params(params.pool))
     rows = np.asarray(jax.jit(jax.vmap(lambda a, g: jnp.stack(
         goal_features(config.env.observation, a, g), -1)))(state.agents, state.goal))
     ego_v, ego_h = np.asarray(ts_v.obs.ego), np.asarray(ts_h.obs.ego)
@@ -95,10 +97,10 @@ def test_aux_loss_is_the_weighted_mean_squared_goal_error():
           "advantages": np.zeros_like(valid, np.float32),
           "returns": to_rows(traj.value), "valid": valid, "computed": to_rows(traj.computed),
           "aux_goal_target": target}
-    total, stats = jax.jit(ppo._loss)(state.params, cache0, mb)
-    # Jitted (one compile; op by op it dispatches hundreds of small kernels).
-    out = jax.jit(ppo.policy.sequence)(state.params, cache0, mb["obs"], mb["first"],
-                                       mb["removed"])
+    # The loss and the policy's outputs, jitted together (one compile; op by op the
+    # sequence dispatches hundreds of small kernels).
+    (total, stats), out = jax.jit(lambda p, c, mb: (ppo._loss(p, c, mb), ppo.policy.sequence(
+        p, c, mb["obs"], mb["first"], mb["removed"])))(state.params, cache0, mb)
     err = np.sum(np.square(np.asarray(out.aux_goal, np.float64) - target), axis=-1)
     expected = err[valid].mean()
     np.testing.assert_allclose(float(stats.aux_goal), expected, rtol=1e-5)

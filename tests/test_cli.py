@@ -1,13 +1,16 @@
 """Entry points: simulate runs end to end on tiny sizes; bad input exits 2. (The bench
 CLI is exercised in test_trial_cli.py, plain and trial mode in one run.)"""
 
+from eval_family import NUM_SCENES, cli_overrides
 
 from jaxdrive import simulate
 
 
 def test_simulate_prints_rates(capsys):
-    rc = simulate.main(["--scenes", "4", "--steps", "6", "--chunk", "3", "--controller",
-                        "log_replay", "--set", "procedural.num_agents=[2,4]"])
+    # Tiny scenes (the sizes of the evaluation tests: their scene generator and road
+    # index programs come from the shared compilation cache).
+    rc = simulate.main(["--scenes", str(NUM_SCENES), "--steps", "6", "--chunk", "3",
+                        "--controller", "log_replay", *cli_overrides()])
     out = capsys.readouterr().out
     assert rc == 0
     for line in ("goal rate", "collision rate", "off-road rate", "steps/s"):

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from policy_inputs import random_obs
+from policy_inputs import random_obs, random_params
 
 from jaxdrive.config import ConfigError
 from jaxdrive.models.dense import (
@@ -77,16 +77,26 @@ def test_which_row_step_buffer_is_the_first_that_holds_rows_and_steps(rows, step
     assert int(which_row_step_buffer(jnp.asarray(mask), buffers)) == want
 
 
+def _rowwise(t):
+    """A per-row function; "size" tells which buffer ran: the batch size it saw."""
+    return {"a": t * 2.0 + 1.0, "b": jnp.sum(t, axis=1).astype(jnp.int32),
+            "size": jnp.full(t.shape[0], t.shape[0])}
+
+
+# One compile per capacities setting: the mask is traced.
+_DENSE_APPLY = jax.jit(lambda t, m, capacities: dense_apply(_rowwise, t,
+                                                            DenseRows(m, capacities)),
+                       static_argnums=2)
+
+
 @pytest.mark.parametrize("capacities", [CAPACITY, (2, 4, CAPACITY)])
 @pytest.mark.parametrize("name", sorted(MASKS))
 def test_dense_apply_equals_the_full_batch_on_selected_rows(name, capacities):
     mask = jnp.asarray(MASKS[name])
-    x = jnp.arange(N * 3, dtype=jnp.float32).reshape(N, 3)
-    # "size" tells which buffer ran: the batch size fn saw.
-    fn = lambda t: {"a": t * 2.0 + 1.0, "b": jnp.sum(t, axis=1).astype(jnp.int32),
-                    "size": jnp.full(t.shape[0], t.shape[0])}
-    got = jax.jit(lambda t, m: dense_apply(fn, t, DenseRows(m, capacities)))(x, mask)
-    want = fn(x)
+    x = np.arange(N * 3, dtype=np.float32).reshape(N, 3)
+    got = _DENSE_APPLY(jnp.asarray(x), mask, capacities)
+    # The full batch, by hand (NumPy): a = 2x + 1, b = row sums, size = N.
+    want = {"a": x * 2.0 + 1.0, "b": x.sum(axis=1).astype(np.int32)}
     sel = MASKS[name]
     for k in ("a", "b"):
         np.testing.assert_array_equal(np.asarray(got[k])[sel], np.asarray(want[k])[sel])
@@ -105,6 +115,17 @@ def tiny_observation(n, seed):
     return random_obs(jax.random.key(seed), (n,), num_road=8)
 
 
+def _host(tree):
+    return jax.tree.map(np.asarray, tree)
+
+
+def _params(policy, seed):
+    """Initialiser-like parameters drawn on the host (no initialiser to compile; they do
+    not depend on the example's row count: N rows here for every test)."""
+    return random_params(policy, tiny_observation(N, seed=0), jax.random.key(seed),
+                         scale=0.0)
+
+
 def _policy(kind):
     cfg = PolicyConfig(kind=kind, model_dim=16, token_dim=8, horizon=4, road_group=4)
     return Policy(cfg, num_actions=5)
@@ -113,8 +134,7 @@ def _policy(kind):
 @pytest.fixture(scope="module", params=["transformer", "mlp"])
 def stepper(request):
     policy = _policy(request.param)
-    obs = tiny_observation(N, seed=1)
-    params = policy.init(jax.random.key(0), obs)
+    params = _params(policy, 0)
 
     @jax.jit
     def run(obs_seq, first, removed, mask):
@@ -135,12 +155,15 @@ def stepper(request):
 def test_step_equals_padded_outputs_and_memory_on_selected_rows(stepper, name):
     policy, params, run = stepper
     t = 6
-    obs = jax.tree.map(lambda *x: jnp.stack(x), *[tiny_observation(N, seed=s)
-                                                  for s in range(t)])
-    first = jnp.zeros((t, N), bool).at[0].set(True).at[4, :3].set(True)
-    removed = jnp.zeros((t, N), bool).at[2:4, 1].set(True)  # removed, then back
+    obs = jax.tree.map(lambda *x: np.stack(x), *[_host(tiny_observation(N, seed=s))
+                                                 for s in range(t)])
+    first = np.zeros((t, N), bool)
+    first[0] = True
+    first[4, :3] = True
+    removed = np.zeros((t, N), bool)
+    removed[2:4, 1] = True  # removed, then back
     sel = MASKS[name]
-    (dense, full), (out_d, out_f) = run(obs, first, removed, jnp.asarray(sel))
+    (dense, full), (out_d, out_f) = run(obs, first, removed, sel)
     np.testing.assert_allclose(np.asarray(out_d.dist)[:, sel], np.asarray(out_f.dist)[:, sel],
                                atol=ATOL)
     np.testing.assert_allclose(np.asarray(out_d.value)[:, sel],
@@ -156,14 +179,15 @@ def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps():
     policy = _policy("transformer")
     b, t = 4, 5
     obs = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]),
-                       tiny_observation(b * t, seed=3))
-    # Parameters do not depend on the example's row count: N rows, as the stepper's init
-    # (one compiled initialiser for both).
-    params = policy.init(jax.random.key(1), tiny_observation(N, seed=0))
-    first = jnp.zeros((b, t), bool).at[:, 0].set(True)
-    removed = jnp.zeros((b, t), bool).at[1, 3:].set(True)
+                       _host(tiny_observation(b * t, seed=3)))
+    params = _params(policy, 1)
+    first = np.zeros((b, t), bool)
+    first[:, 0] = True
+    removed = np.zeros((b, t), bool)
+    removed[1, 3:] = True
     cache = policy.init_cache(b)
-    weights = jnp.asarray(np.random.default_rng(2).standard_normal((b, t, 5), np.float32))
+    weights = np.random.default_rng(2).standard_normal((b, t, 5), np.float32)
+    obs, first, removed, weights = jax.tree.map(jnp.asarray, (obs, first, removed, weights))
 
     def loss(params, rows):
         out = policy.sequence(params, cache, obs, first, removed, rows=rows)
@@ -171,15 +195,16 @@ def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps():
         return jnp.sum(jnp.where(keep[..., None], out.dist * weights, 0.0)) + jnp.sum(
             jnp.where(keep, out.value, 0.0))
 
-    grad = jax.jit(jax.value_and_grad(loss))
-
     @jax.jit
-    def full_grad(params, sel):  # the padded path, the same loss
-        def f(p):
+    def grads(params, sel):
+        """The loss and its gradients on dense rows and on the padded path (the same
+        loss, the selected steps kept by ``where``): one compile for both."""
+        def full(p):
             out = policy.sequence(p, cache, obs, first, removed)
             return jnp.sum(jnp.where(sel[..., None], out.dist * weights, 0.0)) + jnp.sum(
                 jnp.where(sel, out.value, 0.0))
-        return jax.value_and_grad(f)(params)
+        return (jax.value_and_grad(loss)(params, DenseRows(sel, 12)),
+                jax.value_and_grad(full)(params))
 
     # The selection must hold every step a selected step attends to (its row's earlier
     # steps in the episode): whole rows here, as PPO selects ego agents.
@@ -187,10 +212,8 @@ def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps():
     for picked in ([0, 2], [1, 3], [2]):  # 10, 10 and 5 of 12 steps
         sel = np.zeros((b, t), bool)
         sel[picked] = True
-        rows = DenseRows(jnp.asarray(sel), 12)
-        assert not bool(overflowed(DenseRows(rows.mask.reshape(-1), 12)))
-        v_d, g_d = grad(params, rows)
-        v_f, g_f = full_grad(params, jnp.asarray(sel))
+        assert not bool(overflowed(DenseRows(sel.reshape(-1), 12)))
+        (v_d, g_d), (v_f, g_f) = grads(params, sel)
         np.testing.assert_allclose(float(v_d), float(v_f), atol=1e-5)  # a sum of 50 terms
         for a, c in zip(jax.tree.leaves(g_d), jax.tree.leaves(g_f), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5, rtol=1e-5)
@@ -203,17 +226,23 @@ def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients():
     policy = _policy("transformer")
     b, t = 6, 5
     obs = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]),
-                       tiny_observation(b * t, seed=4))
-    params = policy.init(jax.random.key(1), tiny_observation(N, seed=0))
-    first = jnp.zeros((b, t), bool).at[:, 0].set(True).at[4, 2].set(True)
-    removed = jnp.zeros((b, t), bool).at[3, 3:].set(True)
+                       _host(tiny_observation(b * t, seed=4)))
+    params = _params(policy, 1)
+    first = np.zeros((b, t), bool)
+    first[:, 0] = True
+    first[4, 2] = True
+    removed = np.zeros((b, t), bool)
+    removed[3, 3:] = True
     # A cache with history: the segment's first steps attend to it.
     step = jax.jit(lambda c, o, f: policy.step(params, c, o, f, jnp.zeros(b, bool))[1])
     cache = policy.init_cache(b)
     for k in range(3):
         cache = step(cache, jax.tree.map(lambda x, k=k: x[:, k], obs), first[:, 0] & (k == 0))
-    first = first.at[:, 0].set(False).at[5, 0].set(True)
-    weights = jnp.asarray(np.random.default_rng(3).standard_normal((b * t, 5), np.float32))
+    first[:, 0] = False
+    first[5, 0] = True
+    weights = np.random.default_rng(3).standard_normal((b * t, 5), np.float32)
+    # On the device (no compile): the packed path indexes them with traced indices.
+    obs, first, removed, weights = jax.tree.map(jnp.asarray, (obs, first, removed, weights))
 
     def padded(params, sel):
         out = policy.sequence(params, cache, obs, first, removed)
@@ -231,11 +260,16 @@ def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients():
     sel[1] = True          # a whole row
     sel[4, 2:] = True      # an episode that starts mid-segment
     sel[5, :3] = True      # one that ends (later steps not needed)
-    (v_f, out_f), g_f = jax.jit(jax.value_and_grad(padded, has_aux=True))(
-        params, jnp.asarray(sel))
-    for rc in (3, None):  # 11 steps of 3 rows
-        (v_d, (out_d, idx, used)), g_d = jax.jit(jax.value_and_grad(
-            lambda p, s, rc=rc: packed(p, s, rc), has_aux=True))(params, jnp.asarray(sel))
+    rcs = (3, None)  # 11 steps of 3 rows
+
+    @jax.jit
+    def all_grads(params, sel):  # one compile: the padded path and both packings
+        return (jax.value_and_grad(padded, has_aux=True)(params, sel),
+                [jax.value_and_grad(lambda p, s, rc=rc: packed(p, s, rc), has_aux=True)(
+                    params, sel) for rc in rcs])
+
+    ((v_f, out_f), g_f), packings = all_grads(params, sel)
+    for rc, ((v_d, (out_d, idx, used)), g_d) in zip(rcs, packings, strict=True):
         np.testing.assert_allclose(float(v_d), float(v_f), atol=1e-5, err_msg=str(rc))
         for a, c in zip(jax.tree.leaves(g_d), jax.tree.leaves(g_f), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5, rtol=1e-5,

@@ -533,7 +533,8 @@ def test_env_steps_with_an_injected_model():
         assert env.dynamics == (model or BICYCLE)
         assert env.action_shape == (2,) and env.num_actions == BICYCLE.num_actions
         params = env.make_params(pool)
-        state, _ = env.reset_to(params, jnp.int32(0), jax.random.key(0))
+        # reset_to jitted: run eagerly its ~200 operations compile one by one.
+        state, _ = jax.jit(env.reset_to)(params, jnp.int32(0), jax.random.key(0))
         state, _ = jax.jit(env.step)(params, state, action)
         speeds[name] = float(state.agents.speed[0])
     # 10 m/s, accel 2 for 0.1 s: 10.2 by default, 10.1 with the injected model.

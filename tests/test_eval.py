@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import eval_family
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,12 +23,13 @@ from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.models.policy import Policy, PolicyConfig, policy_inputs
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
-ENV = {"scenario": {"max_agents": 4, "num_steps": 40}, "collision_behavior": "remove",
-       "observation": {"num_partners": 3, "num_road": 20},
-       "road_index": {"road_per_cell": 20, "grid_size": 8}, "episode_length": 14}
-PROCEDURAL = {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 0.0,
-                                                 "t_junction": 0.0, "intersection": 0.0}}
-NUM_SCENARIOS = 5  # not a multiple of the batch
+# The family's shared tiny sizes (eval_family): the CLI tests build the same scenes.
+ENV = {"scenario": eval_family.SCENARIO, "collision_behavior": "remove",
+       "observation": eval_family.OBSERVATION, "road_index": eval_family.ROAD_INDEX,
+       "episode_length": 14}
+PROCEDURAL = eval_family.PROCEDURAL
+NUM_SCENARIOS = eval_family.NUM_SCENES  # 5: not a multiple of the batch
+assert NUM_SCENARIOS == 5
 BATCH = 2
 
 
@@ -119,14 +121,17 @@ def test_failing_evaluator_is_recorded_and_the_others_run(setup, tmp_path):
     sections = suite(
         broken={"type": "multi_scenario", "inherits": "_tiny",
                 "scenarios": [str(tmp_path / "missing.json")]},
-        replay={"type": "human_replay", "inherits": "_tiny", "num_scenarios": 2})
+        # All NUM_SCENARIOS scenes: the multi fixture's procedural batch, whose generator
+        # and road index are compiled already (another count would compile both again);
+        # the rollout is the golden eval case's replay program (shared cache).
+        replay={"type": "human_replay", "inherits": "_tiny"})
     result = run(params, sections, policy=policy, env_config=env_config,
                  procedural=procedural, out_dir=tmp_path / "out", progress=False)
     assert result.status == "partial"
     assert result["broken"].status == "failed" and "missing.json" in result["broken"].error
     assert result["replay"].status == "ok"
     # human replay controls the SDC only: one ego agent-episode per scenario.
-    assert result["replay"].metrics["agent_episodes"] == 2
+    assert result["replay"].metrics["agent_episodes"] == NUM_SCENARIOS
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert data["version"] == RESULTS_VERSION and data["status"] == "partial"
     assert set(data["evaluators"]) == {"broken", "replay"}
@@ -138,8 +143,10 @@ def test_failing_evaluator_is_recorded_and_the_others_run(setup, tmp_path):
 
 def test_adaptation_reports_deltas_with_confidence_intervals(setup):
     env_config, procedural, policy, params = setup
+    # The golden eval case's adaptation section (trial_timeout 7): one compiled program
+    # for both modules through the shared compilation cache.
     sections = suite(ada={"type": "adaptation", "inherits": "_tiny",
-                          "env.goal_behavior": "trial", "num_trials": 2, "trial_timeout": 8})
+                          "env.goal_behavior": "trial", "num_trials": 2, "trial_timeout": 7})
     result = run(params, sections, policy=policy, env_config=env_config,
                  procedural=procedural, write=False, progress=False, out_dir="unused")
     r = result["ada"]
@@ -236,12 +243,15 @@ def test_behavior_class_plays_the_sampled_scenarios_of_each_class(setup, tmp_pat
     synth = dict(num_objects=5, num_lanes=2, lane_points=20, num_edges=2, edge_points=30,
                  num_lines=1, line_points=10, num_lights=1)
     write_records(tmp_path / "s.tfrecord",
-                  [synth_scenario(i, **synth).SerializeToString() for i in range(4)])
+                  [synth_scenario(i, **synth).SerializeToString()
+                   for i in range(NUM_SCENARIOS)])
     manifest = convert_to_shards([str(tmp_path / "s.tfrecord")], str(tmp_path / "shards"),
                                  env_config.scenario)
     ids = [s["scenario_id"] for s in manifest["scenarios"]]
     write_subset(tmp_path / "shards", "hard", [ids[1], ids[3]])
-    write_subset(tmp_path / "shards", "easy", [ids[0]])
+    # Two scenes per class in a pool of NUM_SCENARIOS: both classes' batches have the
+    # shapes of the multi fixture's, so their rollouts reuse its compiled program.
+    write_subset(tmp_path / "shards", "easy", [ids[0], ids[4]])
     sections = suite(bc={"type": "behavior_class", "inherits": "_tiny",
                          "scenarios": [str(tmp_path / "shards")], "classes": ["hard", "easy"],
                          "scenarios_per_class": 5})
@@ -249,7 +259,7 @@ def test_behavior_class_plays_the_sampled_scenarios_of_each_class(setup, tmp_pat
                  procedural=procedural, write=False, progress=False, out_dir="unused")
     assert [r.name for r in result.results] == ["bc/hard", "bc/easy"]
     assert [e["scenario_id"] for e in result["bc/hard"].episodes] == [1, 3]
-    assert [e["scenario_id"] for e in result["bc/easy"].episodes] == [0]
+    assert [e["scenario_id"] for e in result["bc/easy"].episodes] == [0, 4]
     assert all(r.status == "ok" for r in result.results)
 
 

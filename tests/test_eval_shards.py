@@ -23,7 +23,7 @@ EVERY_TYPE = suite(
     val={"type": "multi_scenario", "inherits": "_tiny"},
     replay={"type": "human_replay", "inherits": "_tiny"},
     ada={"type": "adaptation", "inherits": "_tiny", "env.goal_behavior": "trial",
-         "num_trials": 2, "trial_timeout": 8},
+         "num_trials": 2, "trial_timeout": 7},  # test_eval's and the golden case's
     plan={"type": "planning", "inherits": "_tiny"},
 )
 TIMING = ("eval_seconds", "compile_seconds")

@@ -310,15 +310,20 @@ def test_is_offroad_box_corners_vs_shapely():
 
 
 def test_outside_grid_is_offroad_and_no_edges_is_onroad():
-    (rg, _, _), = _polygon_cases()[:1]
-    idx = road_index.build_road_index(rg, index_cfg)
-    far = jnp.array([[1e4, 1e4]], jnp.float32)
-    assert float(road_index.offroad_distance(idx, rg, far)[0]) > 0
+    # Through the module's compiled build_jit / grid_offroad_jit (the polygon batch's
+    # shapes): polygon 0 as it is, and polygon 1 replaced by polygon 0 with no edges.
+    cases = _polygon_cases()
+    rg = cases[0][0]
     no_edges = rg.replace(type=jnp.full_like(rg.type, RoadType.LANE_CENTER))
-    idx2 = road_index.build_road_index(no_edges, index_cfg)
-    assert not bool(idx2.has_edges)
-    d = road_index.offroad_distance(idx2, no_edges, jnp.array([[0.0, 0.0], [1e4, 0]]))
-    assert np.all(np.asarray(d) < 0)
+    rgs = jax.tree.map(lambda *x: jnp.stack(x), rg, no_edges, *[c[0] for c in cases[2:]])
+    pts = np.zeros(np.stack([c[2] for c in cases]).shape, np.float32)
+    pts[0, :] = 1e4  # far outside polygon 0's grid
+    pts[1, 1::2, 0] = 1e4  # no edges: on-road at (0, 0) and at (1e4, 0) alike
+    idx = build_jit(rgs)
+    assert bool(idx.has_edges[0]) and not bool(idx.has_edges[1])
+    d = np.asarray(grid_offroad_jit(idx, rgs, jnp.asarray(pts)))
+    assert np.all(d[0] > 0)
+    assert np.all(d[1] < 0)
 
 
 def test_road_chunks_are_nearest_to_cell_centre():
@@ -327,7 +332,8 @@ def test_road_chunks_are_nearest_to_cell_centre():
     # a query inside that cell must hold exactly those chunks' points.
     (rg, _, _), = _polygon_cases()[:1]
     cfg = road_index.RoadIndexConfig(grid_size=8, road_per_cell=12, chunk_size=4)
-    idx = road_index.build_road_index(rg, cfg)
+    # Jitted: run eagerly, the build's ~130 operations compile one by one.
+    idx = jax.jit(road_index.build_road_index, static_argnames="config")(rg, config=cfg)
     g, size, k = cfg.grid_size, cfg.chunk_size, cfg.road_per_cell // cfg.chunk_size
     xy = np.asarray(rg.xy)
     valid = np.asarray(rg.valid)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import yaml
+from policy_inputs import random_params
 from scenes import CAR, straight_road
 
 from jaxdrive.env import Env, EnvConfig
@@ -61,8 +62,8 @@ def light_scene():
 @pytest.fixture(scope="module")
 def scene_pool():
     scene = light_scene()
-    pool = make_pool(tree_stack([jax.tree.map(jnp.asarray, scene)]),
-                     EnvConfig.from_dict(ENV).road_index)
+    pool = make_pool(jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[None]), scene),
+                     EnvConfig.from_dict(ENV).road_index)  # stacked on the host
     return scene, pool
 
 
@@ -234,25 +235,28 @@ def policy_case(request):
     """Parameter names and step outputs for: the observation, the same with light 0
     turned green and moved (a masked light's features change in rows 3-5), and, with
     parameters made without lights, the observation and the same without light slots
-    (one compile)."""
+    (one compile; the parameters, initialiser-like, are drawn on the host from the
+    module's own parameter shapes, so no initialiser is compiled)."""
     policy = Policy(CONFIGS[request.param], num_actions=5)
     obs, unlit = _policy_obs(K_L), _policy_obs(0)
-    moved = obs.replace(lights=obs.lights.at[:, LightFeature.TYPE, 0].set(
-        float(LightColor.GREEN)).at[:, LightFeature.X, 0].add(0.5))
-    first, removed = jnp.ones(N, bool), jnp.zeros(N, bool)
+    lights = np.array(obs.lights)  # edited on the host: nothing to compile
+    lights[:, LightFeature.TYPE, 0] = float(LightColor.GREEN)
+    lights[:, LightFeature.X, 0] += 0.5
+    moved = obs.replace(lights=jnp.asarray(lights))
+    first, removed = np.ones(N, bool), np.zeros(N, bool)
+
+    params = random_params(policy, obs, jax.random.key(0), scale=0.0)
+    old = random_params(policy, unlit, jax.random.key(0), scale=0.0)
 
     @jax.jit
-    def outputs(obs, moved, unlit):
-        params = policy.module.init(jax.random.key(0), obs)
-        old = policy.module.init(jax.random.key(0), unlit)
+    def outputs(params, old, obs, moved, unlit):
         step = lambda p, o: policy.step(p, policy.init_cache(N), o, first, removed)[0]
         # One variant at a time (lax.map, not vmap): each sees the same row positions in
         # the GEMMs, so unchanged rows give bit-identical results.
-        return params, (jax.lax.map(lambda o: step(params, o), tree_stack([obs, moved])),
-                        step(old, obs), step(old, unlit))
+        return (jax.lax.map(lambda o: step(params, o), tree_stack([obs, moved])),
+                step(old, obs), step(old, unlit))
 
-    params, out = jax.device_get(outputs(obs, moved, unlit))
-    return _names(params), out
+    return _names(params), jax.device_get(outputs(params, old, obs, moved, unlit))
 
 
 def test_policy_runs_with_light_tokens(policy_case):

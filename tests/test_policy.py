@@ -16,36 +16,46 @@ from jaxdrive.models.distributions import Categorical, ScaledBeta
 
 def test_categorical_hand_computed():
     # logits log([1, 2, 1]) -> p = [0.25, 0.5, 0.25]; entropy = 1.5 ln 2.
-    d = Categorical(jnp.log(jnp.array([[1.0, 2.0, 1.0]])))
-    np.testing.assert_allclose(d.log_prob(jnp.array([1])), [np.log(0.5)], rtol=1e-6)
-    np.testing.assert_allclose(d.entropy(), [1.5 * np.log(2)], rtol=1e-6)
-    assert int(d.mode()[0]) == 1
-    s = d.sample(jax.random.key(0))
+    @jax.jit  # one compile, not one per operation
+    def stats(logits, key):
+        d = Categorical(logits)
+        return d.log_prob(jnp.array([1])), d.entropy(), d.mode(), d.sample(key)
+
+    log_prob, entropy, mode, s = stats(np.log(np.array([[1.0, 2.0, 1.0]], np.float32)),
+                                       jax.random.key(0))
+    np.testing.assert_allclose(log_prob, [np.log(0.5)], rtol=1e-6)
+    np.testing.assert_allclose(entropy, [1.5 * np.log(2)], rtol=1e-6)
+    assert int(mode[0]) == 1
     assert s.dtype == jnp.int32 and s.shape == (1,)
 
 
 def test_scaled_beta_against_reference_density():
-    low, high = jnp.array([-2.0, 0.0]), jnp.array([2.0, 0.5])
-    d = ScaledBeta(jnp.array([[2.0, 3.5]]), jnp.array([[5.0, 1.5]]), low, high)
-    x = jnp.array([[0.3, 0.1]])
-    u = (x - low) / (high - low)
-    want = (jax.scipy.stats.beta.logpdf(u, d.alpha, d.beta) - jnp.log(high - low)).sum(-1)
-    np.testing.assert_allclose(d.log_prob(x), want, rtol=1e-5)
-    # Entropy against numerical integration of -p log p on a fine grid, per dimension
-    # (jitted: one compile for both dimensions, not one per operation).
-    grid = jnp.linspace(1e-5, 1 - 1e-5, 40_001)
+    import scipy.stats
 
-    @jax.jit
-    def integral(alpha, beta, lo, hi):
-        xs = lo + grid * (hi - lo)
-        pdf = jnp.exp(jax.scipy.stats.beta.logpdf(grid, alpha, beta)) / (hi - lo)
-        return jnp.trapezoid(-pdf * jnp.log(pdf), xs)
+    low, high = np.array([-2.0, 0.0], np.float32), np.array([2.0, 0.5], np.float32)
+    alpha, beta = np.array([[2.0, 3.5]], np.float32), np.array([[5.0, 1.5]], np.float32)
+    x = np.array([[0.3, 0.1]], np.float32)
 
+    @jax.jit  # the distribution's side: one compile, not one per operation
+    def stats(alpha, beta, low, high, x, key):
+        d = ScaledBeta(alpha, beta, low, high)
+        return d.log_prob(x), d.entropy(), d.sample(key)
+
+    log_prob, entropy, s = stats(alpha, beta, low, high, x, jax.random.key(1))
+    # The references in float64 with SciPy and NumPy (nothing to compile).
+    lo, hi = low.astype(np.float64), high.astype(np.float64)
+    u = (x - lo) / (hi - lo)
+    want = (scipy.stats.beta.logpdf(u, alpha, beta) - np.log(hi - lo)).sum(-1)
+    np.testing.assert_allclose(log_prob, want, rtol=1e-5)
+    # Entropy against numerical integration of -p log p on a fine grid, per dimension.
+    grid = np.linspace(1e-5, 1 - 1e-5, 40_001)
     total = 0.0
     for i in range(2):
-        total += float(integral(d.alpha[0, i], d.beta[0, i], low[i], high[i]))
-    np.testing.assert_allclose(float(d.entropy()[0]), total, rtol=1e-3)
-    s = d.sample(jax.random.key(1))
+        xs = lo[i] + grid * (hi[i] - lo[i])
+        pdf = scipy.stats.beta.pdf(grid, alpha[0, i], beta[0, i]) / (hi[i] - lo[i])
+        total += np.trapezoid(-pdf * np.log(pdf), xs)
+    np.testing.assert_allclose(float(entropy[0]), total, rtol=1e-3)
+    s = np.asarray(s)
     assert ((s >= low) & (s <= high)).all()
 
 
@@ -53,8 +63,9 @@ def test_scaled_beta_against_reference_density():
 
 @functools.cache
 def rand_obs():
-    """(3, 4) random observations, built on first use (not at import)."""
-    return random_obs(jax.random.key(0), (3, 4))
+    """(3, 4) random observations, built on first use (not at import); on the host, so
+    that slicing them compiles nothing."""
+    return jax.tree.map(np.asarray, random_obs(jax.random.key(0), (3, 4)))
 
 
 
@@ -65,18 +76,24 @@ def test_mlp_baseline_same_interface_no_memory(discrete):
               else Policy(cfg, action_low=[-1.0, -1.0], action_high=[1.0, 1.0]))
     params = random_params(policy, at(rand_obs(), 0), jax.random.key(2))
     cache = policy.init_cache(3)
-    no = jnp.zeros((3,), bool)
+    no = np.zeros((3,), bool)
     step = jax.jit(policy.step)
     out1, cache = step(params, cache, at(rand_obs(), 1), no, no)
     fresh, _ = step(params, policy.init_cache(3), at(rand_obs(), 1), ~no, no)
     np.testing.assert_allclose(out1.dist, fresh.dist, atol=1e-6)  # memoryless
-    seq = jax.jit(policy.sequence)(params, cache, rand_obs(), jnp.zeros((3, 4), bool),
-                                   jnp.zeros((3, 4), bool))
+    seq = jax.jit(policy.sequence)(params, cache, rand_obs(), np.zeros((3, 4), bool),
+                                   np.zeros((3, 4), bool))
     np.testing.assert_allclose(seq.dist[:, 1], out1.dist, atol=1e-5)
-    dist = policy.distribution(out1)
-    a = dist.sample(jax.random.key(3))
+
+    @jax.jit  # one compile, not one per operation
+    def sample(out, key):
+        dist = policy.distribution(out)
+        a = dist.sample(key)
+        return a, dist.log_prob(a)
+
+    a, log_prob = sample(out1, jax.random.key(3))
     assert a.shape == ((3,) if discrete else (3, 2))
-    assert np.isfinite(np.asarray(dist.log_prob(a))).all()
+    assert np.isfinite(np.asarray(log_prob)).all()
 
 
 def test_bfloat16_compute_close_to_float32():
@@ -84,8 +101,9 @@ def test_bfloat16_compute_close_to_float32():
     b16 = Policy(PolicyConfig(token_dim=16, model_dim=32, dtype="bfloat16"), num_actions=5)
     # Initialiser-like parameters drawn on the host (no noise: an init's scale), float32.
     params = random_params(f32, at(rand_obs(), 0), jax.random.key(1), scale=0.0)
-    first = jnp.zeros((3, 4), bool).at[:, 0].set(True)
-    no = jnp.zeros((3, 4), bool)
+    first = np.zeros((3, 4), bool)
+    first[:, 0] = True
+    no = np.zeros((3, 4), bool)
     a = jax.jit(f32.sequence)(params, f32.init_cache(3), rand_obs(), first, no)
     b = jax.jit(b16.sequence)(params, b16.init_cache(3), rand_obs(), first, no)
     assert b.dist.dtype == jnp.float32 and np.isfinite(np.asarray(b.value)).all()
@@ -155,8 +173,10 @@ def test_batched_heads_layout_equals_the_per_head_one():
     batched = Policy(cfg.replace(attention_heads="batched"), num_actions=5)
     obs = rand_obs()
     params = random_params(per_head, at(obs, 0), jax.random.key(2))
-    first = jnp.zeros((3, 4), bool).at[:, 0].set(True).at[1, 2].set(True)
-    removed = jnp.zeros((3, 4), bool).at[2, 1].set(True)
+    first = np.zeros((3, 4), bool)
+    first[:, 0] = first[1, 2] = True
+    removed = np.zeros((3, 4), bool)
+    removed[2, 1] = True
     a = jax.jit(per_head.sequence)(params, per_head.init_cache(3), obs, first, removed)
     b = jax.jit(batched.sequence)(params, batched.init_cache(3), obs, first, removed)
     assert np.abs(np.asarray(a.dist)).max() > 0.1

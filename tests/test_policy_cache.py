@@ -15,7 +15,6 @@ from jaxdrive.models import Policy, PolicyConfig
 from jaxdrive.models.policy import policy_inputs
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
-from jaxdrive.types import tree_stack
 
 CFG = PolicyConfig(horizon=6, num_layers=1, token_dim=16, model_dim=32)
 N = 4
@@ -25,8 +24,8 @@ POLICY = Policy(CFG, num_actions=5)
 @functools.cache
 def rand_obs():
     """(N, 9) random observations; built on first use, not at import (pytest-xdist
-    workers import every test module)."""
-    return random_obs(jax.random.key(0), (N, 9))
+    workers import every test module). On the host: slicing them compiles nothing."""
+    return jax.tree.map(np.asarray, random_obs(jax.random.key(0), (N, 9)))
 
 
 @functools.cache
@@ -41,15 +40,16 @@ SEQUENCE = jax.jit(chex.assert_max_traces(POLICY.sequence, n=1))
 def warm_cache(steps=8):
     cache = POLICY.init_cache(N)
     for t in range(steps):
-        cache = STEP(policy_params(), cache, at(rand_obs(), t), jnp.full((N,), t == 0),
-                     jnp.arange(N) == t % N)[1]
+        cache = STEP(policy_params(), cache, at(rand_obs(), t), np.full((N,), t == 0),
+                     np.arange(N) == t % N)[1]
     return cache
 
 
 def test_resetting_one_agent_leaves_the_others_unchanged():
     cache = warm_cache()
-    none = jnp.zeros((N,), bool)
-    one = none.at[1].set(True)
+    none = np.zeros((N,), bool)
+    one = none.copy()
+    one[1] = True
     out_a, cache_a = STEP(policy_params(), cache, at(rand_obs(), 8), none, none)
     out_b, cache_b = STEP(policy_params(), cache, at(rand_obs(), 8), one, none)
     others = np.array([0, 2, 3])
@@ -77,7 +77,8 @@ def test_positions_continue_across_trials_and_restart_with_the_episode():
     }))
     scene = straight_road(sc, [(0, -2, 0, 0, 4.0, 2.0), (-60, 2, 0, 0, 4.0, 2.0)],
                           goals=[(50, -2), (-90, 2)])
-    pool = make_pool(tree_stack([jax.tree.map(jnp.asarray, scene)]), env.config.road_index)
+    pool = make_pool(jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[None]), scene),
+                     env.config.road_index)  # a pool of one scene, stacked on the host
     params = env.make_params(pool)
     state, ts = jax.jit(env.reset_to)(params, jnp.int32(0), jax.random.key(0))
     env_step = jax.jit(env.step)
@@ -98,29 +99,33 @@ def test_jit_vmap_and_single_trace_on_both_paths():
     # vmap over an env axis (E envs x N agents) equals one call on the flattened E*N.
     e = 2
     obs = random_obs(jax.random.key(5), (e, N))
-    stack = lambda *c: jax.tree.map(lambda *x: jnp.stack(x), *c)
+    stack = lambda *c: jax.tree.map(lambda *x: np.stack(x), *c)  # on the host
     caches = stack(warm_cache(3), warm_cache(5))
-    first = jnp.zeros((e, N), bool).at[1, 2].set(True)
-    removed = jnp.zeros((e, N), bool).at[0, 1].set(True)
+    first = np.zeros((e, N), bool)
+    first[1, 2] = True
+    removed = np.zeros((e, N), bool)
+    removed[0, 1] = True
     out_v, cache_v = jax.jit(jax.vmap(POLICY.step, in_axes=(None, 0, 0, 0, 0)))(
         policy_params(), caches, obs, first, removed)
-    flat = lambda x: x.reshape((e * N,) + x.shape[2:])
-    flat_cache = jax.tree.map(lambda x: jnp.concatenate(list(x), axis=1 if x.ndim == 6 else 0),
+    flat = lambda x: np.asarray(x).reshape((e * N,) + x.shape[2:])
+    flat_cache = jax.tree.map(lambda x: np.concatenate(list(x), axis=1 if x.ndim == 6 else 0),
                               caches)
     out_f, _ = jax.jit(POLICY.step)(policy_params(), flat_cache, jax.tree.map(flat, obs),
                                     flat(first), flat(removed))  # 2N agents: own compile
     np.testing.assert_allclose(flat(out_v.dist), out_f.dist, atol=1e-6)
     np.testing.assert_allclose(flat(out_v.value), out_f.value, atol=1e-6)
     # Same shapes again: no retrace (assert_max_traces would raise).
-    STEP(policy_params(), warm_cache(1), at(rand_obs(), 0), jnp.ones((N,), bool),
-         jnp.zeros((N,), bool))
+    STEP(policy_params(), warm_cache(1), at(rand_obs(), 0), np.ones((N,), bool),
+         np.zeros((N,), bool))
     segment = jax.tree.map(lambda x: x[:, :5], rand_obs())
-    masks = jnp.zeros((N, 5), bool)
+    masks = np.zeros((N, 5), bool)
+    starts = masks.copy()
+    starts[:, 0] = True
     for _ in range(2):
-        out = SEQUENCE(policy_params(), warm_cache(2), segment, masks.at[:, 0].set(True), masks)
+        out = SEQUENCE(policy_params(), warm_cache(2), segment, starts, masks)
         assert out.dist.shape == (N, 5, 5) and out.value.shape == (N, 5)
     seq_v = jax.jit(jax.vmap(POLICY.sequence, in_axes=(None, 0, 0, 0, 0)))(
         policy_params(), stack(warm_cache(2), warm_cache(2)),
-        jax.tree.map(lambda x: jnp.stack([x, x]), segment), jnp.stack([masks] * 2),
-        jnp.stack([masks] * 2))
-    np.testing.assert_allclose(seq_v.dist[0], seq_v.dist[1], atol=1e-5)
+        jax.tree.map(lambda x: np.stack([x, x]), segment), np.stack([masks] * 2),
+        np.stack([masks] * 2))
+    np.testing.assert_allclose(np.asarray(seq_v.dist)[0], np.asarray(seq_v.dist)[1], atol=1e-5)

@@ -1,6 +1,6 @@
 """Tests of the procedural scenario generator against independent numpy/shapely references.
 
-One module-scoped batch of 1,000 default scenes (one jitted, vmapped call) feeds every
+One module-scoped batch of 500 default scenes (one jitted, vmapped call) feeds every
 property check.
 """
 
@@ -29,7 +29,7 @@ from jaxdrive.scenarios.procedural import (
 )
 from jaxdrive.types import ObjectType, RoadType
 
-NUM = 1000
+NUM = 500  # scenes in the module batch (1,000 before the CI budget of issue 35)
 ON_LANE_TOL = 0.05  # m, float32 positions of ~100 m are exact to ~1e-5 m
 INIT_STEP = 10  # the environment's default episode start
 

@@ -1,5 +1,6 @@
-"""Procedural scenes are feasible (issue 20): over 1,024 scenes of the default
-distribution no two logged boxes ever overlap, and replaying the logs through each
+"""Procedural scenes are feasible (issue 20): over 512 scenes of the default
+distribution (7,101 vehicles; 1,024 until the CI budget of issue 35, the same properties
+on half the sample) no two logged boxes ever overlap, and replaying the logs through each
 dynamics model (inverse dynamics, the ``log_replay`` controller) stays on the road in
 >= 99.5 % of agent-episodes and never collides."""
 
@@ -17,7 +18,7 @@ from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 from jaxdrive.scenarios.road_index import RoadIndexConfig
 from jaxdrive.sim.dynamics import BicycleModel
 
-NUM = 1024
+NUM = 512
 MAX_AGENTS = 24  # the default num_agents[1]
 SCENARIO = ScenarioConfig(max_agents=MAX_AGENTS)
 KEY = jax.random.key(20)
@@ -28,7 +29,7 @@ ROAD_INDEX = {"grid_size": 16, "road_per_cell": 10, "edges_per_cell": 48}
 
 @pytest.fixture(scope="module")
 def scenes():
-    """The same 1,024 keys with conflicting vehicles dropped (the default) and kept, and
+    """The same 512 keys with conflicting vehicles dropped (the default) and kept, and
     the scene pool of the dropped ones."""
     cfg = ProceduralConfig()
     drop = generate_batch(KEY, NUM, cfg, SCENARIO)
@@ -144,7 +145,7 @@ def test_replay_through_each_model_stays_on_road_and_never_collides(scenes, mode
     _, pool, _, _ = scenes
     controlled, collided, offroad, goal, log_goal = _replay_outcomes(pool, model)
     n = controlled.sum()
-    assert n > 10_000, n
+    assert n > 5_000, n
     assert not collided[controlled].any(), np.argwhere(collided & controlled)[:10]
     assert offroad[controlled].mean() <= 0.005, offroad[controlled].mean()
     # The replay reaches the goals the log reaches.

@@ -20,7 +20,7 @@ from jaxdrive.render.video import (
     overlay_lines,
 )
 from jaxdrive.scenarios.pool import make_pool
-from jaxdrive.types import AgentState, Roadgraph, tree_stack
+from jaxdrive.types import AgentState, Roadgraph
 
 SIZE = 32
 CHUNK = 4
@@ -37,7 +37,8 @@ def setup():
         straight_road(SMALL_SCENARIO, [(10, 2, np.pi, 5, *CAR)], goals=[(-90, 2)]),
     ]
     env = Env(EnvConfig.from_dict(SMALL_ENV))
-    pool = make_pool(tree_stack([jax.tree.map(jnp.asarray, s) for s in scenes]),
+    # Stacked on the host: no eager stack op to compile per leaf.
+    pool = make_pool(jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *scenes),
                      env.config.road_index)
     video = VideoConfig(num_envs=NUM_ENVS, views=("scene", "ego"), width=SIZE, height=SIZE,
                         chunk_steps=CHUNK, trail_steps=3)

@@ -22,6 +22,7 @@ from jaxdrive.runs.checkpoint import (
 )
 
 
+@jax.jit  # one program for every seed (op by op: dozens of tiny compiles)
 def _train_state(seed: int) -> dict:
     """Dense(3 -> 4) params after one adam step, its optimiser state, a typed key, a step."""
     params = nn.Dense(4).init(jax.random.key(seed), jnp.ones((1, 3), jnp.float32))
@@ -294,8 +295,10 @@ def test_resume_converts_a_slot_major_kv_cache_and_refuses_other_mismatches(tmp_
         params: jax.Array
 
     def cache(shape, seed):
-        k = jax.random.normal(jax.random.key(seed), shape)
-        return KVCache(k=k, v=2.0 * k, pos=jnp.zeros((2, 5), jnp.int32),
+        # Drawn on the host: jax.random.normal would compile a program per shape.
+        k = np.random.default_rng(seed).standard_normal(shape, np.float32)
+        return KVCache(k=jnp.asarray(k), v=jnp.asarray(2.0 * k),
+                       pos=jnp.zeros((2, 5), jnp.int32),
                        garbage=jnp.zeros((2, 5), bool), next_pos=jnp.zeros((2,), jnp.int32))
 
     old_layout = (1, 2, 5, 3, 4)  # (L, N, S, heads, hd)

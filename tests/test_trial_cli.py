@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from eval_family import NUM_SCENES, cli_overrides
 
 from jaxdrive import simulate
 from jaxdrive.bench import cli as bench
@@ -29,8 +30,10 @@ def test_bench_env_trials_records_both_modes(tmp_path, capsys):
 
 def test_simulate_trial_mode_prints_trial_scores(tmp_path, capsys):
     summary = tmp_path / "s.json"
-    rc = simulate.main(["--scenes", "2", "--steps", "12", "--chunk", "6", "--set",
-                        "procedural.num_agents=[2,3]", "--set", "env.goal_behavior=trial",
+    # Tiny scenes (the sizes of the evaluation tests, see eval_family), 2 envs.
+    rc = simulate.main(["--scenes", str(NUM_SCENES), "--envs", "2", "--steps", "12",
+                        "--chunk", "6", *cli_overrides(),
+                        "--set", "env.goal_behavior=trial",
                         "--set", "env.num_trials=2", "--set", "env.trial_timeout=3",
                         "--json", str(summary)])
     out = capsys.readouterr().out

@@ -359,15 +359,18 @@ def _log_scene() -> wosac.Trajectories:
     return _traj(xy, yaw, valid)
 
 
-def _noisy(log: wosac.Trajectories, key, scale) -> wosac.Trajectories:
-    k1, k2 = jax.random.split(key)
-    xy = log.xy[None] + scale * jax.random.normal(k1, (R,) + log.xy.shape)
-    yaw = log.yaw[None] + 0.2 * scale * jax.random.normal(k2, (R,) + log.yaw.shape)
-    return wosac.Trajectories(xy=xy, yaw=yaw, valid=jnp.broadcast_to(log.valid, (R, A, T)))
+def _noisy(log: wosac.Trajectories, seed, scale) -> wosac.Trajectories:
+    # Noise drawn on the host (NumPy): no random-number kernels to compile.
+    rng = np.random.default_rng(seed)
+    xy = np.asarray(log.xy)[None] + scale * rng.standard_normal((R,) + log.xy.shape)
+    yaw = np.asarray(log.yaw)[None] + 0.2 * scale * rng.standard_normal((R,) + log.yaw.shape)
+    return wosac.Trajectories(xy=jnp.asarray(xy, jnp.float32),
+                              yaw=jnp.asarray(yaw, jnp.float32),
+                              valid=jnp.asarray(np.broadcast_to(log.valid, (R, A, T))))
 
 
 def _replay(log: wosac.Trajectories) -> wosac.Trajectories:
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (R,) + x.shape), log)
+    return jax.tree.map(lambda x: jnp.asarray(np.broadcast_to(x, (R,) + x.shape)), log)
 
 
 def _scores(sim, log, fn=scores_jit, **kw):
@@ -377,7 +380,7 @@ def _scores(sim, log, fn=scores_jit, **kw):
 
 def test_realism_scores_shapes_finite_and_metametric_is_weighted_sum():
     log = _log_scene()
-    out = _scores(_noisy(log, jax.random.PRNGKey(0), 0.5), log)
+    out = _scores(_noisy(log, 0, 0.5), log)
     for name in wosac.FEATURE_NAMES:
         assert out[name].shape == () and 0.0 <= out[name] <= 1.0, name
         assert out[name + "/per_object"].shape == (A,)
@@ -400,7 +403,7 @@ def test_realism_scores_shapes_finite_and_metametric_is_weighted_sum():
     assert out["collision_indication"] == pytest.approx(
         np.sqrt(np.prod(out["collision_indication/per_object"][:2])), rel=1e-5)
     # The object_mean aggregation: the arithmetic mean of the per-object likelihoods.
-    objects = _scores(_noisy(log, jax.random.PRNGKey(0), 0.5), log,
+    objects = _scores(_noisy(log, 0, 0.5), log,
                       fn=jax.jit(wosac.realism_scores, static_argnames=STATIC),
                       config=dataclasses.replace(wosac.WOSAC_2025, aggregation="object_mean"))
     assert objects["linear_speed"] == pytest.approx(
@@ -432,7 +435,7 @@ def test_per_object_likelihood_is_exp_mean_log_over_valid_steps():
 def test_log_replay_scores_highest():
     log = _log_scene()
     replay = _scores(_replay(log), log)
-    noisy = _scores(_noisy(log, jax.random.PRNGKey(1), 1.0), log)
+    noisy = _scores(_noisy(log, 1, 1.0), log)
     assert replay["min_ade"] == pytest.approx(0.0, abs=1e-6)
     for group in ("metametric", "kinematic", "interactive", "map_based"):
         assert replay[group] >= noisy[group], group
@@ -489,7 +492,7 @@ def test_a_simulated_crash_is_detected_and_scored():
 
 def test_permuting_rollouts_changes_nothing():
     log = _log_scene()
-    sim = _noisy(log, jax.random.PRNGKey(2), 0.7)
+    sim = _noisy(log, 2, 0.7)
     perm = jnp.array([2, 0, 3, 1])
     a = _scores(sim, log)
     b = _scores(jax.tree.map(lambda x: x[perm], sim), log)
@@ -499,27 +502,31 @@ def test_permuting_rollouts_changes_nothing():
 
 def test_red_light_input_and_vmap_over_scenarios():
     log = _log_scene()
-    sim = _noisy(log, jax.random.PRNGKey(3), 0.3)
-    # Object 0 runs a red light in the log at step 5 and in one rollout of four:
-    # p(true) = (1 + c) / (4 + 2c); object 1 never: (4 + c) / (4 + 2c).
-    log_red = jnp.zeros((A, T), bool).at[0, 5].set(True)
-    sim_red = jnp.zeros((R, A, T), bool).at[2, 0, 9].set(True)
-    with_red = jax.jit(wosac.realism_scores, static_argnames=STATIC)
-    out = _scores(sim, log, with_red, sim_red_light=sim_red, log_red_light=log_red)
-    c = 0.001
-    want = math.sqrt((1 + c) / (4 + 2 * c) * (4 + c) / (4 + 2 * c))  # geometric mean
-    assert float(out["traffic_light_violation"]) == pytest.approx(want, rel=1e-5)
-    assert float(out["simulated_traffic_light_violation_rate"]) == pytest.approx(1 / 8)
-    # vmap over two scenarios (rollouts in lax.map batches of 3: one batch and a
-    # remainder) equals separate calls (one batch of all 4).
+    sim = _noisy(log, 3, 0.3)
+    # Scenario 0: object 0 runs a red light in the log at step 5 and in one rollout of
+    # four: p(true) = (1 + c) / (4 + 2c); object 1 never: (4 + c) / (4 + 2c).
+    log_red = np.zeros((A, T), bool)
+    log_red[0, 5] = True
+    sim_red = np.zeros((R, A, T), bool)
+    sim_red[2, 0, 9] = True
+    # Scenario 1: the replay without red lights. Both in one vmapped call (rollouts in
+    # lax.map batches of 3: one batch and a remainder; one program for both checks).
     stack = lambda *x: jnp.stack(x)  # noqa: E731
     sims = jax.tree.map(stack, sim, _replay(log))
     logs = jax.tree.map(stack, log, log)
+    sim_reds = jnp.asarray(np.stack([sim_red, np.zeros_like(sim_red)]))
+    log_reds = jnp.asarray(np.stack([log_red, np.zeros_like(log_red)]))
     batched = jax.jit(jax.vmap(
-        lambda s, lg: wosac.realism_scores(s, lg, LENGTH, WIDTH, EVALUATED, INDEX, ROAD,
-                                           init_steps=INIT, rollout_batch=3)))(sims, logs)
+        lambda s, lg, sr, lr: wosac.realism_scores(
+            s, lg, LENGTH, WIDTH, EVALUATED, INDEX, ROAD, sim_red_light=sr, log_red_light=lr,
+            init_steps=INIT, rollout_batch=3)))(sims, logs, sim_reds, log_reds)
+    c = 0.001
+    want = math.sqrt((1 + c) / (4 + 2 * c) * (4 + c) / (4 + 2 * c))  # geometric mean
+    assert float(batched["traffic_light_violation"][0]) == pytest.approx(want, rel=1e-5)
+    assert float(batched["simulated_traffic_light_violation_rate"][0]) == pytest.approx(1 / 8)
+    # The vmapped call equals separate calls (one batch of all 4; no red-light input).
     single = _scores(_replay(log), log)
-    for k in ("metametric", "kinematic", "map_based", "min_ade"):
+    for k in ("metametric", "kinematic", "map_based", "min_ade", "traffic_light_violation"):
         assert float(batched[k][1]) == pytest.approx(float(single[k]), rel=1e-5, abs=1e-6)
 
 

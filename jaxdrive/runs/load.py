@@ -113,8 +113,23 @@ def load_policy(run_dir: str | Path, which: str = "best") -> LoadedPolicy:
             raw, meta = ckpt.restore_raw(which=which)
     finally:
         ckpt.close()
-    return LoadedPolicy(policy=policy, params=raw["params"], config=config,
-                        step=int(meta.get("step", 0)), run_dir=ckpt_dir.parent)
+    return LoadedPolicy(policy=policy, params=jax.tree.map(uncommitted, raw["params"]),
+                        config=config, step=int(meta.get("step", 0)),
+                        run_dir=ckpt_dir.parent)
+
+
+def uncommitted(x):
+    """A restored array (committed to this process's first device) as a fresh, uncommitted
+    one with the same values, like the arrays a run computes: the programs that take it
+    (a resumed step, a recording, an evaluation, a run started from it) then compile to the
+    same program as for those, and hit XLA's persistent cache. PRNG keys stay keys;
+    anything else passes through."""
+    if not isinstance(x, jax.Array):
+        return x
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(uncommitted(jax.random.key_data(x)),
+                                        impl=jax.random.key_impl(x))
+    return jnp.asarray(np.asarray(x))
 
 
 def matching_params(fresh, loaded, key: str):

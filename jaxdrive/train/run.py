@@ -50,7 +50,13 @@ from jaxdrive.render.record import Recorder, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import BackgroundSaver, Checkpointer, host_snapshot
 from jaxdrive.runs.config import RunConfig, expand_co_players
-from jaxdrive.runs.load import load_policy, matching_params, read_run_config, save_config
+from jaxdrive.runs.load import (
+    load_policy,
+    matching_params,
+    read_run_config,
+    save_config,
+    uncommitted,
+)
 from jaxdrive.runs.lock import LOCK_FILE, RunLock
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
@@ -158,15 +164,6 @@ def new_run_dir(config: RunConfig, name: str) -> Path:
         raise OutputError(f"cannot create the run directory {path}: {e.strerror or e}; set "
                           "logging.output_dir to a writable directory") from e
     return path
-
-
-def _uncommitted(x):
-    """A restored array as a fresh, uncommitted one like the arrays a run starts from, so
-    the step compiles to the same program (and hits XLA's persistent cache)."""
-    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return jax.random.wrap_key_data(_uncommitted(jax.random.key_data(x)),
-                                        impl=jax.random.key_impl(x))
-    return jnp.asarray(np.asarray(x))
 
 
 class TrainingDiverged(RuntimeError):
@@ -374,7 +371,7 @@ class _Run:
             state, meta = restore_train_state(self.ckpt, self.state,
                                               self.ckpt.latest_step(), self.log)
             # On a mesh the restored arrays already have the state's shardings.
-            self.state = state if self.mesh is not None else jax.tree.map(_uncommitted, state)
+            self.state = state if self.mesh is not None else jax.tree.map(uncommitted, state)
             self.start_it, wandb_id = int(meta["iteration"]), meta.get("wandb_id")
             self.log(f"resumed from iteration {self.start_it} "
                      f"({self.start_it * config.steps_per_iteration:,} agent-steps)")
