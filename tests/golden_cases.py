@@ -296,10 +296,12 @@ def eval_case() -> dict[str, np.ndarray]:
     env = Env(env_config)
     policy = Policy.for_env(PolicyConfig(kind="mlp", model_dim=16, token_dim=8), env)
     env_params = _eval_pool_params(env, procedural)
-    _, ts = env.reset_batch(env_params, jax.random.key(0), 1)
-    params = policy.init(jax.random.key(0),
-                         jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],)
-                                                          + x.shape[2:]), ts.obs))
+    # The initialiser reads only the observation's shapes: zeros of the reset's shapes
+    # (nothing of the reset is compiled or run eagerly).
+    obs = jax.eval_shape(lambda p: env.reset_batch(p, jax.random.key(0), 1)[1].obs,
+                         env_params)
+    params = policy.init(jax.random.key(0), jax.tree.map(
+        lambda s: jnp.zeros((s.shape[0] * s.shape[1],) + s.shape[2:], s.dtype), obs))
     specs = load_suite_specs(EVAL_SUITE, env_config, procedural)
     out = {}
     for ev in make_evaluators(specs.values()):
