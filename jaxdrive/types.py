@@ -23,6 +23,7 @@ import enum
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 
@@ -389,8 +390,16 @@ class Observation:
 
 
 def tree_stack(trees):
-    """Stack a sequence of identically shaped pytrees along a new leading axis."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+    """Stack a sequence of identically shaped pytrees along a new leading axis. Leaves that
+    are all host (NumPy) arrays stack on the host and move to the device once: an eager
+    ``jnp.stack`` compiles a program for every leaf shape."""
+
+    def stack(*xs):
+        if all(isinstance(x, np.ndarray) for x in xs):
+            return jnp.asarray(np.stack(xs))
+        return jnp.stack(xs)
+
+    return jax.tree.map(stack, *trees)
 
 
 def merge_rows(tree):

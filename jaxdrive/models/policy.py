@@ -28,6 +28,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 from flax import struct
 
@@ -234,6 +235,7 @@ class Policy:
             self.action_high = jnp.asarray(action_high, jnp.float32)
             out_dim = 2 * self.action_low.shape[0]
         self.module = _ActorCritic(self.config, out_dim)
+        self._init_fn = jax.jit(self.module.init)
 
     @classmethod
     def for_env(cls, config: PolicyConfig, env) -> Policy:
@@ -249,8 +251,13 @@ class Policy:
 
     def init(self, key: jax.Array, obs: Observation):
         """Parameters, from an example observation with a leading agent axis (N, ...).
-        Jitted: flax's init run op by op costs seconds."""
-        return jax.jit(self.module.init)(key, obs)
+
+        Only the example's shapes past N matter (parameters are drawn from ``key`` and
+        their own shapes), so the initialiser runs on one row of zeros: one compiled
+        program per policy and token counts, whatever N. Jitted: flax's init run op by op
+        costs seconds."""
+        one_row = jax.tree.map(lambda x: np.zeros((1,) + tuple(x.shape[1:]), x.dtype), obs)
+        return self._init_fn(key, one_row)
 
     def init_cache(self, num_agents: int) -> KVCache:
         """An empty cache for ``num_agents`` agents (all positions empty)."""
