@@ -120,6 +120,32 @@ def pairwise_overlap(
     return hit & a(valid) & b(valid) & ~jnp.eye(n, dtype=bool)
 
 
+def overlap_against(
+    xy: jax.Array, length: jax.Array, width: jax.Array, valid: jax.Array, trig,
+    other_xy: jax.Array, other_length: jax.Array, other_width: jax.Array,
+    other_valid: jax.Array, other_trig, self_index: jax.Array,
+) -> jax.Array:
+    """Box overlap of C boxes against the N boxes of a scene they belong to.
+
+    Args:
+      xy: (C, 2); length, width: (C,); valid: (C,) bool; trig: ``(cos, sin)`` of yaw (C,).
+      other_*: the same for the N boxes of the scene.
+      self_index: (C,) int32, each box's own index among the N (never its own partner).
+    Returns:
+      (C, N) bool; equal to the rows ``self_index`` of ``pairwise_overlap`` on the N.
+    """
+    a = lambda x: x[:, None]
+    b = lambda x: x[None, :]
+    c, s = trig
+    oc, os_ = other_trig
+    hit = _overlap_from_cos_sin(
+        xy[:, None, :], a(c), a(s), a(length), a(width),
+        other_xy[None, :, :], b(oc), b(os_), b(other_length), b(other_width),
+    )
+    n = other_xy.shape[0]
+    return hit & a(valid) & b(other_valid) & (jnp.arange(n)[None, :] != a(self_index))
+
+
 def segment_distance(p: jax.Array, a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Distance from points to segments, and the side of the segment's line.
 

@@ -134,7 +134,7 @@ def _run(env: Env, params, args: argparse.Namespace, num_envs: int) -> _RunResul
 
 def _summary(env: Env, args: argparse.Namespace, num_envs: int, run: _RunResult) -> dict:
     """The final rates plus run sizes and timings (the ``--json`` fields)."""
-    a = env.config.scenario.max_agents
+    a = env.num_rows
     summary = jax.device_get(run.stats).rates()
     timed_steps = args.steps - min(args.chunk, args.steps)
     run_s = run.run_s

@@ -20,6 +20,7 @@ counter-clockwise from +x.
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -315,6 +316,28 @@ class AgentState:
     def speed(self) -> jax.Array:
         """(A,) signed speed along the heading."""
         return self.vel[..., 0] * jnp.cos(self.yaw) + self.vel[..., 1] * jnp.sin(self.yaw)
+
+
+class World(NamedTuple):
+    """Every object of one scene as the others see it, for observers that are a subset of
+    the objects (packed agent rows, ``EnvConfig.max_controlled``).
+
+    Attributes:
+      agents: ``AgentState`` of the N objects.
+      visible: (N,) bool, objects others can see and collide with.
+      length, width: (N,) float32; obj_type: (N,) int32.
+      trig: ``(cos(yaw), sin(yaw))``, (N,) each.
+      self_index: (C,) int32, each observer's own object index (N for a row that holds
+        no object), left out of its partners.
+    """
+
+    agents: AgentState
+    visible: jax.Array
+    length: jax.Array
+    width: jax.Array
+    obj_type: jax.Array
+    trig: tuple[jax.Array, jax.Array]
+    self_index: jax.Array
 
 
 @struct.dataclass

@@ -69,7 +69,7 @@ def policy_actor(env: Env, policy, deterministic: bool = True,
     """
     if memory_reset not in MEMORY_RESETS:
         raise ValueError(f"memory_reset must be one of {MEMORY_RESETS}, got {memory_reset!r}")
-    a = env.config.scenario.max_agents
+    a = env.num_rows
     rows = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])  # zero-size too
 
     def act(params, cache, env_params, state, timestep, key):
@@ -158,7 +158,7 @@ def with_partners(env: Env, actor: Actor, partners, deterministic: bool = True) 
     partners = tuple(partners)
     if not partners:
         return actor
-    a = env.config.scenario.max_agents
+    a = env.num_rows
     rows = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
 
     def init(num_envs):

@@ -181,17 +181,13 @@ def log_replay(env: Env):
 
     def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
         del timestep, key
-        obj = params.pool.scenarios.objects
-        sid = state.scenario_id
-        t_next = cfg.init_step + state.trial_step + 1
-        nxt_xy = obj.xy[sid, :, t_next]
-        nxt_yaw = obj.yaw[sid, :, t_next]
-        v = obj.vel[sid, :, t_next]
+        logged = env.logged_rows(params, state, cfg.init_step + state.trial_step + 1)
+        nxt_xy, nxt_yaw, v = logged.xy, logged.yaw, logged.vel
         nxt_speed = v[:, 0] * jnp.cos(nxt_yaw) + v[:, 1] * jnp.sin(nxt_yaw)
         # Where the log has a gap (its entries are padding), keep going straight on at
         # the current speed rather than steer for the padding position.
         now = state.agents
-        gap = ~obj.valid[sid, :, t_next]
+        gap = ~logged.valid
         ahead = now.xy + (now.speed * cfg.dynamics.dt)[:, None] * jnp.stack(
             [jnp.cos(now.yaw), jnp.sin(now.yaw)], axis=-1)
         nxt_xy = jnp.where(gap[:, None], ahead, nxt_xy)
@@ -222,7 +218,7 @@ def log_replay(env: Env):
 def random_actions(env: Env):
     """Uniformly random actions: the controller returns (A,) int32 grid indices or
     (A, action_dim) float32 within the action bounds, per the action space."""
-    a = env.config.scenario.max_agents
+    a = env.num_rows
 
     def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
         del params, state, timestep

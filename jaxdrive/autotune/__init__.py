@@ -175,7 +175,7 @@ def tune_training(config: RunConfig, candidates: Sequence[int], repeats: int = 3
     flat = 0
     for n in candidates:
         rec = {"num_envs": n, "agent_steps_per_iteration":
-               n * config.env.scenario.max_agents * t.rollout_steps}
+               n * config.env.num_rows * t.rollout_steps}
         records.append(rec)
         try:
             c = _with_envs(config, n)
@@ -314,7 +314,7 @@ def tune_eval(config: RunConfig, candidates: Sequence[int], repeats: int = 3,
         args = (params, s["env_params"], jax.device_put(ids, s["rows"]),
                 jax.device_put(np.ones((batch,), bool), s["rows"]), jax.random.key(2))
         rec = {"batch_size": batch, "steps": s["steps"],
-               "agent_steps_per_batch": batch * s["steps"] * env.config.scenario.max_agents}
+               "agent_steps_per_batch": batch * s["steps"] * env.num_rows}
         records.append(rec)
         tic = time.perf_counter()
         compiled = run.lower(*args).compile()

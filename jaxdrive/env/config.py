@@ -57,6 +57,13 @@ class EnvConfig(ConfigBase):
       static_threshold: a non-controlled object that moves less than this many metres
         over the episode in its log (and starts slower than this in m/s) is held
         static instead of replayed.
+      max_controlled: C, agent rows per environment: the controlled agents it steps,
+        observes and rewards (``None``: one row per object slot, ``scenario.max_agents``).
+        With C rows, the SDC and then the other controlled objects in slot order take
+        the rows; every other object (experts, static objects, and controllable objects
+        beyond C, which replay their log) stays in the scene as background that the
+        rows see as partners and collide with, at no observation cost. Real scenes keep
+        all their objects (``max_agents`` 128) while paying for the few that drive.
     """
 
     scenario: ScenarioConfig = ScenarioConfig()
@@ -77,6 +84,7 @@ class EnvConfig(ConfigBase):
     init_step: int = 10
     episode_length: int | None = None
     static_threshold: float = 0.5
+    max_controlled: int | None = None
 
     def __post_init__(self):
         check_choice("control_mode", self.control_mode, CONTROL_MODES)
@@ -99,6 +107,8 @@ class EnvConfig(ConfigBase):
             check_int("episode_length", self.episode_length, 1, t - 1 - self.init_step)
         check_int("num_trials", self.num_trials, 1, 1024)
         check_range("co_player_fraction", self.co_player_fraction, 0.0, 1.0)
+        if self.max_controlled is not None:
+            check_int("max_controlled", self.max_controlled, 1, self.scenario.max_agents)
         if self.trial_timeout is not None:
             check_int("trial_timeout", self.trial_timeout, 1, t - 1 - self.init_step)
         if self.goal_behavior != "trial" and (self.num_trials != 1
@@ -117,6 +127,12 @@ class EnvConfig(ConfigBase):
                 f"'road_index.road_per_cell' = {self.road_index.road_per_cell}; raise "
                 "road_per_cell or lower num_road."
             )
+
+    @property
+    def num_rows(self) -> int:
+        """C: agent rows per environment (``max_controlled``, else ``scenario.max_agents``)."""
+        return (self.scenario.max_agents if self.max_controlled is None
+                else self.max_controlled)
 
     @property
     def num_episode_steps(self) -> int:

@@ -47,7 +47,7 @@ from jaxdrive.sim import behaviors
 from jaxdrive.sim.behaviors import REMOVED_XY, park_removed, select
 from jaxdrive.sim.dynamics import DynamicsModel, apply_action, check_model, make_dynamics
 from jaxdrive.sim.trials import TrialStats, advance_clock
-from jaxdrive.types import AgentState, EntityKind, Observation, RoadType, Role
+from jaxdrive.types import AgentState, EntityKind, Observation, RoadType, Role, World
 
 __all__ = ["REMOVED_XY", "Env", "episode_steps"]
 
@@ -101,6 +101,18 @@ class Env:
         return (self.dynamics.action_dim,)
 
     @property
+    def num_rows(self) -> int:
+        """C: agent rows per environment (``EnvConfig.num_rows``): the leading size of
+        every per-agent array of the state, actions and ``TimeStep``."""
+        return self.config.num_rows
+
+    @property
+    def packed(self) -> bool:
+        """Agent rows are packed controlled agents (``max_controlled`` set) rather than
+        one row per object slot."""
+        return self.config.max_controlled is not None
+
+    @property
     def num_actions(self) -> int:
         """() int: size of the discrete action grid (``dynamics.num_actions``)."""
         return self.dynamics.num_actions
@@ -138,6 +150,7 @@ class Env:
                                      zeros_b, zeros_b, info)
 
     def _log_state(self, params: EnvParams, sid: jax.Array, t: jax.Array) -> AgentState:
+        """(N,) every object slot's logged state at log index ``t``."""
         obj = params.pool.scenarios.objects
         a = self.config.scenario.max_agents
         return AgentState(
@@ -148,6 +161,36 @@ class Env:
             accel=jnp.zeros((a,), jnp.float32),
             valid=obj.valid[sid, :, t],
         )
+
+    def logged_rows(self, params: EnvParams, state: EnvState, t: jax.Array) -> AgentState:
+        """(C,) the agent rows' logged state at log index ``t`` () int32 (steer and accel
+        0; a row that holds no object is invalid)."""
+        logged = self._log_state(params, state.scenario_id, t)
+        if state.obj_index is None:
+            return logged
+        rows = _take_rows(logged, state.obj_index)
+        return rows.replace(valid=rows.valid & (state.obj_index < logged.valid.shape[0]))
+
+    def _world(self, params: EnvParams, state: EnvState, agents: AgentState,
+               log_step: jax.Array) -> World | None:
+        """With packed rows, every object of the scene with the rows' ``agents`` (C,) in
+        their slots: experts at their log index ``log_step``, static objects at their
+        initial pose (still), removed rows absent. None without packed rows."""
+        if state.obj_index is None:
+            return None
+        cfg = self.config
+        obj = params.pool.scenarios.objects
+        sid = state.scenario_id
+        logged = self._log_state(params, sid, log_step)
+        initial = self._log_state(params, sid, jnp.int32(cfg.init_step))
+        static = state.bg_kind == EntityKind.STATIC
+        background = select(static, initial.replace(vel=jnp.zeros_like(initial.vel)), logged)
+        put = lambda full, rows: full.at[state.obj_index].set(rows, mode="drop")  # noqa: E731
+        world = jax.tree.map(put, background, agents)
+        removed = put(jnp.zeros_like(world.valid), state.removed)
+        return World(agents=world, visible=world.valid & ~removed, length=obj.length[sid],
+                     width=obj.width[sid], obj_type=obj.type[sid],
+                     trig=geometry.cos_sin(world.yaw), self_index=state.obj_index)
 
     def _view(self, params: EnvParams, state: EnvState, agents: AgentState,
               log_step: jax.Array, moved: bool = False) -> StepView:
@@ -166,7 +209,8 @@ class Env:
             length=state.length, width=state.width, goal=state.goal,
             prev_goal_distance=state.goal_distance, goal_radius=self.config.goal_radius,
             trig=geometry.cos_sin(agents.yaw), prev_xy=prev_xy,
-            log_step=jnp.asarray(log_step, jnp.int32))
+            log_step=jnp.asarray(log_step, jnp.int32),
+            world=self._world(params, state, agents, log_step))
 
     def _initial_state(self, params: EnvParams, sid: jax.Array, key: jax.Array) -> EnvState:
         cfg = self.config
@@ -181,20 +225,28 @@ class Env:
         goal_distance = jnp.linalg.norm(goal - agents.xy, axis=-1).astype(jnp.float32)
         kind = self._entity_kinds(params, sid, agents, goal_distance, k_frac)
         role = self._roles(kind, obj.is_sdc[sid], k_role)
-        zeros_b = jnp.zeros((a,), bool)
+        rows = dict(agents=self._initial_agents(agents, kind), kind=kind, role=role,
+                    length=obj.length[sid], width=obj.width[sid], obj_type=obj.type[sid],
+                    goal=goal, goal_distance=goal_distance)
+        obj_index = bg_kind = None
+        if self.packed:
+            obj_index, bg_kind = self._pack(kind, obj.is_sdc[sid])
+            used = obj_index < a
+            rows = {name: _take_rows(x, obj_index) for name, x in rows.items()}
+            rows["agents"] = rows["agents"].replace(valid=rows["agents"].valid & used)
+            rows["kind"] = jnp.where(used, rows["kind"], EntityKind.INVALID).astype(jnp.int32)
+        zeros_b = jnp.zeros(rows["kind"].shape, bool)
         state = EnvState(
-            scenario_id=sid, step=jnp.zeros((), jnp.int32),
-            agents=self._initial_agents(agents, kind), kind=kind, role=role,
-            length=obj.length[sid], width=obj.width[sid], obj_type=obj.type[sid],
-            goal=goal, done=zeros_b, removed=zeros_b, reached=zeros_b,
-            goal_distance=goal_distance, trial=jnp.zeros((), jnp.int32),
+            scenario_id=sid, step=jnp.zeros((), jnp.int32), **rows,
+            done=zeros_b, removed=zeros_b, reached=zeros_b, trial=jnp.zeros((), jnp.int32),
             trial_start=jnp.zeros((), jnp.int32), episode=None, trials=None, key=key,
+            obj_index=obj_index, bg_kind=bg_kind,
         )
         shapes = jax.eval_shape(lambda v: compute_metrics(v, self.metrics),
                                 self._view(params, state, state.agents,
                                            jnp.int32(cfg.init_step)))
         return state.replace(
-            episode=init_episode(a, shapes, self.metrics),
+            episode=init_episode(self.num_rows, shapes, self.metrics),
             trials=TrialStats.zeros(cfg.num_trials, state.ego, state.co_player))
 
     def _entity_kinds(self, params: EnvParams, sid: jax.Array, agents: AgentState,
@@ -230,6 +282,24 @@ class Env:
             EntityKind.INVALID,
         ).astype(jnp.int32)
 
+    def _pack(self, kind: jax.Array, is_sdc: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Packed agent rows of one episode from the object slots' kinds (N,): the
+        ``(C,)`` int32 object slot of each row (the SDC first if controlled, then the
+        other controlled objects in slot order; N where a row stays empty) and the
+        ``(N,)`` int32 background kinds (``CONTROLLED`` for the objects in rows; a
+        controlled object beyond C replays its log as an ``EXPERT``)."""
+        n, c = kind.shape[0], self.num_rows
+        controlled = kind == EntityKind.CONTROLLED
+        sdc = controlled & is_sdc
+        others = controlled & ~is_sdc
+        room = c - jnp.minimum(jnp.sum(sdc.astype(jnp.int32)), c)
+        keep = sdc | (others & (jnp.cumsum(others.astype(jnp.int32)) <= room))
+        (obj_index,) = jnp.nonzero(keep, size=c, fill_value=n)
+        obj_index = obj_index.astype(jnp.int32)
+        in_row = jnp.zeros((n,), bool).at[obj_index].set(True, mode="drop")
+        bg_kind = jnp.where(controlled & ~in_row, EntityKind.EXPERT, kind)
+        return obj_index, bg_kind.astype(jnp.int32)
+
     def _roles(self, kind: jax.Array, is_sdc: jax.Array, key: jax.Array | None) -> jax.Array:
         """(A,) int32 ``Role``: co-players drawn with ``co_player_fraction``; one
         controlled agent (the SDC if controlled, else the first) always stays ego."""
@@ -255,7 +325,7 @@ class Env:
     def _restart_trial(self, params: EnvParams, state: EnvState) -> EnvState:
         """The next trial's first state: every entity back to the initial state, the
         trial clock restarted at the current step."""
-        logged = self._log_state(params, state.scenario_id, jnp.int32(self.config.init_step))
+        logged = self.logged_rows(params, state, jnp.int32(self.config.init_step))
         agents = self._initial_agents(logged, state.kind)
         zeros_b = jnp.zeros_like(state.done)
         return state.replace(
@@ -272,8 +342,7 @@ class Env:
         with jax.named_scope("kinematics"):
             moved = apply_action(self.dynamics, cfg.dynamics, state.agents, action,
                                  state.length)
-            logged = self._log_state(params, state.scenario_id,
-                                     cfg.init_step + state.trial_step + 1)
+            logged = self.logged_rows(params, state, cfg.init_step + state.trial_step + 1)
             expert = state.kind == EntityKind.EXPERT
             frozen = state.agents.replace(vel=jnp.zeros_like(state.agents.vel))
             agents = select(state.active, moved, select(expert, logged, frozen))
@@ -305,9 +374,9 @@ class Env:
         outcome = behaviors.apply_behaviors(
             cfg.collision_behavior, cfg.goal_behavior, agents, state.goal, state.done,
             state.removed, collided, goal_event,
-            start=(self._log_state(params, state.scenario_id, jnp.int32(cfg.init_step))
+            start=(self.logged_rows(params, state, jnp.int32(cfg.init_step))
                    if cfg.goal_behavior == "respawn" else None),
-            new_goals=(self._sample_goals(params, state.scenario_id, agents, k_goal)
+            new_goals=(self._sample_goals(params, state, agents, k_goal)
                        if cfg.goal_behavior == "new_goal" else None))
         step = state.step + 1
         reached = state.reached | goal_event
@@ -375,19 +444,24 @@ class Env:
         return observe(
             self.config.observation, params.pool, state.scenario_id, state.agents, visible,
             state.length, state.width, state.obj_type, state.goal, log_step,
+            world=self._world(params, state, state.agents, log_step),
         )
 
-    def _sample_goals(self, params, sid, agents, key) -> jax.Array:
-        """(A, 2): a lane-centre point at a distance within ``new_goal_distance``.
+    def _sample_goals(self, params, state, agents, key) -> jax.Array:
+        """(C, 2): a lane-centre point at a distance within ``new_goal_distance``.
 
-        Draws 32 random road points per agent and keeps the first that qualifies; an
-        agent with none keeps its current position as goal (it is then reached again at
-        once, and a fresh sample is drawn next step).
+        Draws 32 random road points per object slot (a row takes its object's draws)
+        and keeps the first that qualifies; an agent with none keeps its current
+        position as goal (it is then reached again at once, and a fresh sample is drawn
+        next step).
         """
         rg = params.pool.scenarios.roadgraph
-        a = agents.xy.shape[0]
+        sid = state.scenario_id
         n_draw = 32
-        idx = jax.random.randint(key, (a, n_draw), 0, rg.xy.shape[-2])
+        idx = jax.random.randint(key, (self.config.scenario.max_agents, n_draw), 0,
+                                 rg.xy.shape[-2])
+        if state.obj_index is not None:
+            idx = _take_rows(idx, state.obj_index)
         xy = rg.xy[sid, idx]
         d = jnp.linalg.norm(xy - agents.xy[:, None, :], axis=-1)
         lo, hi = self.config.new_goal_distance
@@ -451,6 +525,12 @@ class Env:
                              check_vma=False)  # per-env code: no collectives to check
 
 
+
+
+def _take_rows(tree, obj_index: jax.Array):
+    """``tree``'s per-object leaves (N, ...) at the rows' object slots ``obj_index`` (C,)
+    (a padding row, index N, reads the last slot: callers mask it)."""
+    return jax.tree.map(lambda x: x[jnp.minimum(obj_index, x.shape[0] - 1)], tree)
 
 
 def episode_steps(env: Env) -> int:

@@ -52,6 +52,7 @@ from jaxdrive.types import (
     Observation,
     PartnerFeature,
     RoadFeature,
+    World,
 )
 
 __all__ = ["EGO_FEATURES", "GOAL_FEATURES", "GOAL_VISIBILITY", "LIGHT_FEATURES",
@@ -131,6 +132,7 @@ def observe(
     goal: jax.Array,
     log_step: jax.Array,
     trig=None,
+    world: World | None = None,
 ) -> Observation:
     """Observation of every agent slot of one environment.
 
@@ -145,6 +147,9 @@ def observe(
       log_step: () int32, the log index of this state (lights show their state there).
       trig: optional ``(cos(yaw), sin(yaw))`` (A,) each, materialised (see
         ``geometry.materialize``); computed here when absent.
+      world: the scene's objects when the A observers are a subset of them (packed agent
+        rows): partners are then drawn from ``world`` (each observer's own object left
+        out) instead of from the observers.
     Returns:
       ``Observation`` with leading axis A.
     """
@@ -152,7 +157,8 @@ def observe(
         trig = geometry.cos_sin(agents.yaw)
     with jax.named_scope("observe"):
         ego = _ego_features(config, agents, length, width, goal)
-        partners = _partner_features(config, agents, visible, length, width, obj_type, trig)
+        partners = _partner_features(config, agents, visible, length, width, obj_type, trig,
+                                     world)
         road = _road_features(config, pool, scenario_id, agents, trig)
         lights = _light_features(config, pool, scenario_id, agents, log_step, trig)
     return Observation(ego=ego, partners=partners, road=road, lights=lights)
@@ -193,30 +199,38 @@ def _ego_features(config, agents, length, width, goal):
     return jnp.stack(_in_schema_order(EgoFeature, rows), axis=-1).astype(jnp.float32)
 
 
-def _partner_features(config, agents, visible, length, width, obj_type, trig):
-    """(A, PARTNER_FEATURES, K) float32."""
+def _partner_features(config, agents, visible, length, width, obj_type, trig, world=None):
+    """(A, PARTNER_FEATURES, K) float32: partners among the observers themselves, or
+    among ``world``'s N objects when given."""
     a = agents.xy.shape[0]
-    k = min(config.num_partners, a - 1)
+    cos, sin = trig
+    if world is None:
+        others, ids = (agents, visible, length, width, obj_type, trig), jnp.arange(a)
+    else:
+        others = (world.agents, world.visible, world.length, world.width, world.obj_type,
+                  world.trig)
+        ids = world.self_index
+    o_agents, o_visible, o_length, o_width, o_type, (o_cos, o_sin) = others
+    n = o_agents.xy.shape[0]
+    k = min(config.num_partners, n - 1)
     if k == 0:
         return jnp.zeros((a, PARTNER_FEATURES, 0), jnp.float32)
-    ids = jnp.arange(a)
-    x, y = agents.xy[:, 0], agents.xy[:, 1]
-    vx, vy = agents.vel[:, 0], agents.vel[:, 1]
-    cos, sin = trig
-    attrs = (x, y, vx, vy, cos, sin, length / config.size_scale,
-             width / config.size_scale, obj_type.astype(jnp.float32), visible)
-    # Partner j of observer i is agent j + (j >= i): each observer's own column is
-    # dropped by a select between two shifted slices (no gather).
-    later = jnp.arange(a - 1)[None, :] >= ids[:, None]  # (A, A - 1)
-    if k == a - 1:
-        # Every other agent: rows for all (observer, agent) pairs by broadcasting.
+    x, y = o_agents.xy[:, 0], o_agents.xy[:, 1]
+    vx, vy = o_agents.vel[:, 0], o_agents.vel[:, 1]
+    attrs = (x, y, vx, vy, o_cos, o_sin, o_length / config.size_scale,
+             o_width / config.size_scale, o_type.astype(jnp.float32), o_visible)
+    # Partner j of observer i is object j + (j >= ids[i]): each observer's own column
+    # is dropped by a select between two shifted slices (no gather).
+    later = jnp.arange(n - 1)[None, :] >= ids[:, None]  # (A, N - 1)
+    if k == n - 1:
+        # Every other object: rows for all (observer, object) pairs by broadcasting.
         full = _partner_rows(config, agents, visible, cos, sin,
-                             *(v[None, :] for v in attrs))  # (A, F, A)
+                             *(v[None, :] for v in attrs))  # (A, F, N)
         return jnp.where(later[:, None, :], full[:, :, 1:], full[:, :, :-1])
     # The nearest K (masked partners last), then rows for those K only.
-    dx, dy = x[None, :] - x[:, None], y[None, :] - y[:, None]
+    dx, dy = x[None, :] - agents.xy[:, 0, None], y[None, :] - agents.xy[:, 1, None]
     dist2 = dx * dx + dy * dy
-    ok = visible[None, :] & visible[:, None] & (dist2 <= config.partner_radius**2)
+    ok = o_visible[None, :] & visible[:, None] & (dist2 <= config.partner_radius**2)
     key = jnp.where(ok, dist2, jnp.inf)
     key = jnp.where(later, key[:, 1:], key[:, :-1])
     pick = selection.smallest_k(key, k)  # (A, K) positions among the others

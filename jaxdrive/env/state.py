@@ -43,6 +43,13 @@ class EnvState:
       episode: ``EpisodeStats``.
       trials: ``TrialStats`` of the current episode.
       key: PRNG key for auto-reset and goal sampling.
+      obj_index: (C,) int32, the object slot of each agent row (N where a row holds no
+        object); None when every object slot is its own row (``max_controlled`` unset,
+        then A = N). With packed rows (``EnvConfig.max_controlled`` = C) the per-agent
+        fields above have C rows, not A.
+      bg_kind: (N,) int32 ``EntityKind`` of every object slot with packed rows
+        (``CONTROLLED``: the object is in a row; experts replay their log, static
+        objects stand at their initial pose); None otherwise.
     """
 
     scenario_id: jax.Array
@@ -63,6 +70,8 @@ class EnvState:
     episode: EpisodeStats
     trials: TrialStats
     key: jax.Array
+    obj_index: jax.Array | None = None
+    bg_kind: jax.Array | None = None
 
     @property
     def controlled(self) -> jax.Array:

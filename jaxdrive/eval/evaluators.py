@@ -110,8 +110,8 @@ class HumanReplay(Evaluator):
     type_name = "human_replay"
 
     def env_config(self) -> EnvConfig:
-        """``spec.env`` with ``control_mode: sdc``."""
-        return self.spec.env.replace(control_mode="sdc")
+        """``spec.env`` with ``control_mode: sdc`` (one row per object slot)."""
+        return self.spec.env.replace(control_mode="sdc", max_controlled=None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -341,8 +341,9 @@ class Planning(Evaluator):
     config: PlanningEvaluatorConfig
 
     def env_config(self) -> EnvConfig:
-        """``spec.env`` with ``control_mode: sdc``: the policy drives the SDC only."""
-        return self.spec.env.replace(control_mode="sdc")
+        """``spec.env`` with ``control_mode: sdc``: the policy drives the SDC only (one
+        row per object slot: the features read the log by slot)."""
+        return self.spec.env.replace(control_mode="sdc", max_controlled=None)
 
     def _config(self):
         c = self.config

@@ -118,12 +118,14 @@ class Realism(Evaluator):
     config: RealismConfig
 
     def env_config(self) -> EnvConfig:
-        """``spec.env``; with ``simulate: all`` every object type controllable in
-        ``control_mode: all``."""
+        """``spec.env`` with one agent row per object slot (the scores read every
+        object's trajectory by its slot; packed rows, ``max_controlled``, are a
+        training layout with the same per-agent semantics); with ``simulate: all``
+        every object type controllable in ``control_mode: all``."""
+        env = self.spec.env.replace(max_controlled=None)
         if self.config.simulate == "all":
-            return self.spec.env.replace(control_mode="all",
-                                         controlled_types=tuple(OBJECT_TYPE_NAMES))
-        return self.spec.env
+            return env.replace(control_mode="all", controlled_types=tuple(OBJECT_TYPE_NAMES))
+        return env
 
     def scenario_ids(self, num_available: int) -> np.ndarray:
         """Each scenario id ``num_rollouts`` times in a row."""

@@ -104,7 +104,7 @@ def make_probe(env: Env, policy: Policy, with_attention: bool):
       int32; returns per-step device arrays with leading axis ``episode_steps(env)``
       (steps after the episode's end belong to the next episode; ``collect`` cuts them).
     """
-    a = env.config.scenario.max_agents
+    a = env.num_rows
     rows = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
 
     def run(params, env_params: EnvParams, state: EnvState, timestep: TimeStep, agent):

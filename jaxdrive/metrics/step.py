@@ -30,7 +30,7 @@ from jaxdrive.metrics.named import NamedArrays
 from jaxdrive.metrics.registry import Metric
 from jaxdrive.scenarios import road_index, signals
 from jaxdrive.scenarios.pool import ScenarioPool
-from jaxdrive.types import AgentState
+from jaxdrive.types import AgentState, World
 
 
 class StepView(NamedTuple):
@@ -47,6 +47,10 @@ class StepView(NamedTuple):
       prev_xy: (A, 2) float32 centres before the step (the centres reached where an
         agent was not present before, and at a reset: nothing moved).
       log_step: () int32 log index of the state reached (its light states).
+      world: with packed agent rows (``EnvConfig.max_controlled``), every object of the
+        scene (``jaxdrive.types.World``): the fields above then describe the C rows,
+        and collisions are checked against the whole scene; None when every object is
+        a row.
     """
 
     pool: ScenarioPool
@@ -61,6 +65,7 @@ class StepView(NamedTuple):
     trig: tuple[jax.Array, jax.Array]
     prev_xy: jax.Array
     log_step: jax.Array
+    world: World | None = None
 
 
 class StepMetrics(NamedArrays):
@@ -72,8 +77,14 @@ def _goal_distance(v: StepView) -> jax.Array:
 
 
 def _collided(v: StepView) -> jax.Array:
-    hit = geometry.pairwise_overlap(v.agents.xy, v.agents.yaw, v.length, v.width, v.present,
-                                    v.trig)
+    if v.world is None:
+        hit = geometry.pairwise_overlap(v.agents.xy, v.agents.yaw, v.length, v.width,
+                                        v.present, v.trig)
+    else:
+        w = v.world
+        hit = geometry.overlap_against(v.agents.xy, v.length, v.width, v.present, v.trig,
+                                       w.agents.xy, w.length, w.width, w.visible, w.trig,
+                                       w.self_index)
     return jnp.any(hit, axis=-1)
 
 

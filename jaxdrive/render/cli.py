@@ -100,7 +100,9 @@ def check_outputs(args) -> None:
 def build(args, config, loaded):
     """(recorder, params, env_params, num_frames) for the loaded config and policy."""
     scenes = _scenes(args, config)
-    env = Env(config.env)
+    # Every object drawn: one row per object slot (packed rows, ``max_controlled``, keep
+    # background objects out of the state the renderer draws; per agent they act alike).
+    env = Env(config.env.replace(max_controlled=None))
     env_params = env.make_params(make_pool(scenes, config.env.road_index))
     num_envs = min(args.envs, int(scenes.objects.xy.shape[0]))
     steps = max(args.steps, args.frame + 1) if args.png else args.steps
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         config, loaded, step = load(args)
-        check_frames(args, Env(config.env))
+        check_frames(args, Env(config.env.replace(max_controlled=None)))
         check_outputs(args)
         recorder, params, env_params, frames = build(args, config, loaded)
     except INPUT_ERRORS as e:

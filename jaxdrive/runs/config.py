@@ -395,11 +395,12 @@ class RunConfig(ConfigBase):
     population: PopulationConfig = PopulationConfig()
 
     def __post_init__(self):
-        slots = self.train.num_envs * self.env.scenario.max_agents
+        slots = self.train.num_envs * self.env.num_rows
         if slots % self.train.minibatches:
             raise ConfigError(
                 f"config key 'train.minibatches' = {self.train.minibatches} must divide the "
-                f"agent rows train.num_envs x env.scenario.max_agents = {slots}; pick a "
+                f"agent rows train.num_envs x env.max_controlled (else env.scenario.max_agents) "
+                f"= {slots}; pick a "
                 "divisor or change num_envs.")
         if self.validation.every and self.validation.seed == self.train.seed:
             raise ConfigError(
@@ -421,9 +422,9 @@ class RunConfig(ConfigBase):
 
     @property
     def steps_per_iteration(self) -> int:
-        """Agent-steps per training iteration (B x A x T)."""
+        """Agent-steps per training iteration (B x C x T; C = ``env.num_rows``)."""
         t = self.train
-        return t.num_envs * self.env.scenario.max_agents * t.rollout_steps
+        return t.num_envs * self.env.num_rows * t.rollout_steps
 
     @property
     def num_iterations(self) -> int:

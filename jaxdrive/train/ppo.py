@@ -169,7 +169,7 @@ class PPO:
         self.co_players = tuple(co_players)
         t = config.train
         self.num_envs = t.num_envs
-        self.num_agents = env.config.scenario.max_agents
+        self.num_agents = env.num_rows
         self.num_rows = self.num_envs * self.num_agents
         self.updates_per_iteration = t.epochs * t.minibatches
         total_updates = config.num_iterations * self.updates_per_iteration
