@@ -15,6 +15,13 @@ of the given values (others at their defaults) is measured. ``--trials K`` runs
 multi-trial episodes (``goal_behavior: trial``, K trials of the default timeout);
 ``--trials 0`` (the default) the plain step with ``goal_behavior: stop``.
 
+Throughput is reported per **controlled agent** (``controlled/s``: each step's agents
+of kind ``CONTROLLED``, done or not, summed on device over the timed steps), the count
+peers such as PufferDrive report, beside row-steps/s (envs x agent rows x steps, padding
+included). ``--rows C`` packs each env's controlled agents into C rows
+(``env.max_controlled``) and keeps every other object as background; on real scenes,
+where a handful of a scene's objects drive, that is what pays.
+
 ``policy``, ``train``, ``render`` and ``eval`` time the policy's paths, whole PPO
 iterations, recordings (env steps with on-device frames) and evaluations; see
 ``jaxdrive.bench.policy``, ``jaxdrive.bench.train``, ``jaxdrive.bench.render`` and
@@ -96,17 +103,19 @@ class EnvBench:
     ``record()`` summarises the calls so far as a JSON-ready dict."""
 
     def __init__(self, envs, agents, partners, road_obs, road_points, dynamics, trials=0,
-                 steps=20, repeats=5, pool_size=16, seed=0, scenario=None):
+                 steps=20, repeats=5, pool_size=16, seed=0, scenario=None, rows=None):
         self.size = dict(envs=envs, agents=agents, partners=partners, road_obs=road_obs,
                          road_points=road_points, dynamics=dynamics, trials=trials,
-                         scenes="procedural" if scenario is None else "real")
+                         scenes="procedural" if scenario is None else "real",
+                         rows=agents if rows is None else rows)
         self.steps = steps
         self.times: list[float] = []
+        self.controlled_steps: list[int] = []
         self._setup(envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
-                    repeats, pool_size, seed, scenario)
+                    repeats, pool_size, seed, scenario, rows)
 
     def _setup(self, envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
-               repeats, pool_size, seed, scenario):
+               repeats, pool_size, seed, scenario, rows):
         if scenario is None:
             scen, proc = scene_configs(agents, road_points)
         else:  # real scenes, padded to ``agents`` slots and ``road_points`` points
@@ -121,6 +130,7 @@ class EnvBench:
             "road_index": {"road_per_cell": max(chunk, math.ceil(road_obs / chunk) * chunk),
                            "chunk_size": chunk},
             **({"goal_behavior": "trial", "num_trials": trials} if trials else {}),
+            **({} if rows is None else {"max_controlled": rows}),
         })
         t0 = time.perf_counter()
         if scenario is None:
@@ -138,17 +148,22 @@ class EnvBench:
         self.build_s = time.perf_counter() - t0
 
         def rollout(state, timestep, actions):
-            state, timestep, _, _ = scan_rollout(
-                env, params, lambda c, s, t, action: (action, c, None), state, timestep, (),
-                actions)
-            return state, timestep
+            # Controlled agent-steps: each step's controlled agents (done or not), the
+            # count peers report (a sum of booleans per step; negligible beside a step).
+            act = lambda c, s, t, action: (action, c + jnp.sum(s.controlled, dtype=jnp.int32),
+                                           None)
+            state, timestep, controlled, _ = scan_rollout(
+                env, params, act, state, timestep, jnp.zeros((), jnp.int32), actions)
+            return state, timestep, controlled
 
         # Random actions drawn up front, so that only the environment is timed.
+        r = env.num_rows
+
         def draw_actions(key):
             if cfg.dynamics.action_space == "discrete":
-                return jax.random.randint(key, (steps, envs, agents), 0, env.num_actions)
+                return jax.random.randint(key, (steps, envs, r), 0, env.num_actions)
             m = env.dynamics
-            u = jax.random.uniform(key, (steps, envs, agents, m.action_dim))
+            u = jax.random.uniform(key, (steps, envs, r, m.action_dim))
             return m.action_low + u * (m.action_high - m.action_low)
 
         self._actions = [draw_actions(jax.random.key(100 + r)) for r in range(repeats + 1)]
@@ -156,7 +171,7 @@ class EnvBench:
         reset = jax.jit(env.reset_batch, static_argnums=2)
         self._carry = reset(params, jax.random.key(seed), envs)
         t0 = time.perf_counter()
-        self._carry = self._run(*self._carry, self._actions[0])
+        *self._carry, _ = self._run(*self._carry, self._actions[0])
         jax.block_until_ready(self._carry)
         self.compile_s = time.perf_counter() - t0
         self.pool = pool
@@ -166,9 +181,10 @@ class EnvBench:
         its wall time, seconds, to ``times`` and returns it."""
         actions = self._actions[1 + len(self.times) % (len(self._actions) - 1)]
         t0 = time.perf_counter()
-        self._carry = self._run(*self._carry, actions)
+        *self._carry, controlled = self._run(*self._carry, actions)
         jax.block_until_ready(self._carry)
         self.times.append(time.perf_counter() - t0)
+        self.controlled_steps.append(int(controlled))
         return self.times[-1]
 
     def record(self) -> dict:
@@ -183,10 +199,14 @@ class EnvBench:
         valid_agents = float(jnp.mean(jnp.sum(pool.scenarios.objects.valid[..., 0], axis=-1)))
         mem = jax.devices()[0].memory_stats() or {}
         state, ts = self._carry
-        batch = s["envs"] * s["agents"]
+        batch = s["envs"] * s["rows"]
+        controlled = float(np.mean(self.controlled_steps))
         return {
             **s, "partners": min(s["partners"], s["agents"] - 1),
             "batch_agents": batch,
+            "controlled_agent_steps_per_s": controlled / median,
+            "mean_controlled_per_env": controlled / (s["envs"] * self.steps),
+            "controlled_steps_per_run": list(self.controlled_steps),
             "agent_steps_per_s": batch * self.steps / median,
             "env_steps_per_s": s["envs"] * self.steps / median,
             "step_ms": 1e3 * median / self.steps,
@@ -202,25 +222,27 @@ class EnvBench:
 
 
 def bench_env(envs, agents, partners, road_obs, road_points, dynamics, trials=0, steps=20,
-              repeats=5, pool_size=16, seed=0) -> dict:
+              repeats=5, pool_size=16, seed=0, rows=None) -> dict:
     """Time one configuration on its own; returns a JSON-ready record."""
     b = EnvBench(envs, agents, partners, road_obs, road_points, dynamics, trials, steps,
-                 repeats, pool_size, seed)
+                 repeats, pool_size, seed, rows=rows)
     for _ in range(repeats):
         b.time_once()
     return b.record()
 
 
 def _table(records: list[dict]) -> str:
-    head = (f"{'envs':>5} {'agents':>6} {'partners':>8} {'road_obs':>8} {'road_pts':>8} "
-            f"{'dynamics':>11} {'trials':>6} {'scenes':>10} {'agent-steps/s':>14} "
+    head = (f"{'envs':>5} {'agents':>6} {'rows':>5} {'partners':>8} {'road_obs':>8} "
+            f"{'road_pts':>8} {'dynamics':>11} {'trials':>6} {'scenes':>10} "
+            f"{'ctrl/env':>8} {'controlled/s':>13} {'row-steps/s':>12} "
             f"{'step ms':>8} {'compile s':>9} {'pool MB':>8}")
     rows = [head, "-" * len(head)]
     for r in records:
         rows.append(
-            f"{r['envs']:>5} {r['agents']:>6} {r['partners']:>8} {r['road_obs']:>8} "
-            f"{r['road_points']:>8} {r['dynamics']:>11} {r['trials']:>6} "
-            f"{r.get('scenes', 'procedural'):>10} {r['agent_steps_per_s']:>14,.0f} "
+            f"{r['envs']:>5} {r['agents']:>6} {r['rows']:>5} {r['partners']:>8} "
+            f"{r['road_obs']:>8} {r['road_points']:>8} {r['dynamics']:>11} {r['trials']:>6} "
+            f"{r.get('scenes', 'procedural'):>10} {r['mean_controlled_per_env']:>8.1f} "
+            f"{r['controlled_agent_steps_per_s']:>13,.0f} {r['agent_steps_per_s']:>12,.0f} "
             f"{r['step_ms']:>8.2f} {r['compile_s']:>9.1f} {r['pool_bytes'] / 2**20:>8.1f}"
         )
     return "\n".join(rows)
@@ -245,6 +267,10 @@ def _parser() -> argparse.ArgumentParser:
                         "TFRecord or converted shard directories), padded to --agents "
                         "slots and --road-points points, interleaved with the procedural "
                         "ones")
+    e.add_argument("--rows", type=int, nargs="+", default=[0],
+                   help="agent rows per env (env.max_controlled: the controlled agents, "
+                        "packed; the other objects are background); 0 = one row per "
+                        "agent slot. Each value is timed with every configuration")
     e.add_argument("--steps", type=int, default=20, help="steps per timed call (a scan)")
     e.add_argument("--repeats", type=int, default=5, help="timed calls (median reported)")
     e.add_argument("--json", default="bench_env.json", help="output file")
@@ -349,17 +375,21 @@ def main(argv: list[str] | None = None) -> int:
         if min(c[:5]) < 1 or c[6] < 0:
             p.error(f"sizes must be >= 1 and --trials >= 0, got "
                     f"{dict(zip(keys, c, strict=True))}")
+    if min(args.rows) < 0:
+        p.error(f"--rows must be >= 0 (0: one row per agent slot), got {args.rows}")
 
     print(f"jaxdrive bench env: backend {jax.default_backend()}, "
           f"{jax.devices()[0].device_kind}, {len(configs)} configuration(s), median of "
           f"{args.repeats} runs of {args.steps} steps", flush=True)
     benches = []
-    for c, scenario in itertools.product(configs, [None] + (
-            [args.scenario] if args.scenario else [])):
+    for c, scenario, rows in itertools.product(configs, [None] + (
+            [args.scenario] if args.scenario else []), args.rows):
         try:
-            b = EnvBench(*c, steps=args.steps, repeats=args.repeats, scenario=scenario)
+            b = EnvBench(*c, steps=args.steps, repeats=args.repeats, scenario=scenario,
+                         rows=rows or None)
         except ConfigError as err:
-            print(f"error: {dict(zip(keys, c, strict=True))}: {err}", file=sys.stderr)
+            print(f"error: {dict(zip(keys, c, strict=True))}, rows {rows}: {err}",
+                  file=sys.stderr)
             return 2
         benches.append(b)
         print(f"  compiled {b.size} in {b.compile_s:.1f} s", flush=True)
@@ -367,8 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         for b in benches:
             b.time_once()
         print(f"  round {r + 1}/{args.repeats}: " + ", ".join(
-            f"{b.size['envs'] * b.size['agents'] * b.steps / b.times[-1]:,.0f}"
-            for b in benches) + " agent-steps/s", flush=True)
+            f"{b.controlled_steps[-1] / b.times[-1]:,.0f}"
+            for b in benches) + " controlled agent-steps/s", flush=True)
     records = [b.record() for b in benches]
     print()
     print(_table(records))
