@@ -4,9 +4,13 @@ first, ties by the lower index (what ``lax.top_k(-key, k)`` returns).
 On CPU, ``lax.top_k`` is a per-row custom call: the partner selection of 128-agent scenes
 spent ~40 % of the env step there (``docs/benchmarks.md``). ``smallest_k`` runs a bitonic
 sorting network instead, with the rows on the minor axis so that every compare-exchange
-is a vector operation over rows: 1.9x faster for 1,024 rows of 127 keys. Other backends,
-and rows of fewer than ``NETWORK_MIN_KEYS`` keys, keep ``lax.top_k``
-(``lax.platform_dependent``); both give the same indices.
+is a vector operation over rows: 1.9x faster for 1,024 rows of 127 keys. For a few of
+many (``k <= PASSES_MAX_K``: the 4 nearest of 32 traffic lights, 8 partners of 63) it
+runs ``k`` selection passes instead (each a minimum over the row, then the first index
+holding it): 2k reductions against the network's dozens of stages (the light tokens of
+a real-scene step: 0.41 -> see ``docs/benchmarks.md``). Other backends, and rows of fewer than
+``NETWORK_MIN_KEYS`` keys, keep ``lax.top_k`` (``lax.platform_dependent``); all give
+the same indices.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["NETWORK_MIN_KEYS", "smallest_k", "smallest_k_network"]
+__all__ = ["NETWORK_MIN_KEYS", "PASSES_MAX_K", "smallest_k", "smallest_k_network",
+           "smallest_k_passes"]
 
 # Rows shorter than this keep ``lax.top_k`` on CPU too: the network's gain there is tens
 # of microseconds per step (e.g. 16 light slots), while its dozens of small fusions add
 # about a second to every compilation of the env step.
 NETWORK_MIN_KEYS = 32
+# Up to this many picks, k selection passes beat the sorting network on CPU.
+PASSES_MAX_K = 8
 
 
 def smallest_k(key: jax.Array, k: int) -> jax.Array:
@@ -33,8 +40,27 @@ def smallest_k(key: jax.Array, k: int) -> jax.Array:
     top_k = lambda x: jax.lax.top_k(-x, k)[1].astype(jnp.int32)  # noqa: E731
     if n < NETWORK_MIN_KEYS:
         return top_k(key)
-    return jax.lax.platform_dependent(
-        key, cpu=lambda x: smallest_k_network(x, k), default=top_k)
+    cpu = smallest_k_passes if k <= PASSES_MAX_K else smallest_k_network
+    return jax.lax.platform_dependent(key, cpu=lambda x: cpu(x, k), default=top_k)
+
+
+def smallest_k_passes(key: jax.Array, k: int) -> jax.Array:
+    """``smallest_k`` by ``k`` selection passes on any backend (the CPU branch for small
+    ``k``): each pass takes the smallest key not yet taken and the lowest index holding
+    it. NaN keys count as ``+inf``."""
+    lead, n = key.shape[:-1], key.shape[-1]
+    rows = key.reshape(-1, n).astype(jnp.float32)
+    # (N, R): a reduction over keys is an elementwise minimum of R-long vectors.
+    vals = jnp.where(jnp.isnan(rows), jnp.inf, rows).T
+    pos = jnp.arange(n, dtype=jnp.int32)[:, None]
+    taken = jnp.zeros(vals.shape, bool)
+    picks = []
+    for _ in range(k):
+        best = jnp.min(jnp.where(taken, jnp.inf, vals), axis=0)
+        pick = jnp.min(jnp.where(~taken & (vals == best), pos, n), axis=0)
+        picks.append(pick)
+        taken = taken | (pos == pick)
+    return jnp.stack(picks, axis=-1).reshape(lead + (k,))
 
 
 def smallest_k_network(key: jax.Array, k: int) -> jax.Array:

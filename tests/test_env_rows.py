@@ -146,8 +146,8 @@ def _check_equal_on_rows(out, n, rows):
              (tb.reward, tb.terminated, tb.truncated, tb_info), before, n, rows, "step")
     _compare((ta.obs, ta.active, ta.removed, ta.first), (tb.obs, tb.active, tb.removed,
                                                          tb.first), after, n, rows, "next")
-    state_a = sa.replace(obj_index=None, bg_kind=None, key=None)
-    state_b = sb.replace(obj_index=None, bg_kind=None, key=None)
+    state_a = sa.replace(key=None)
+    state_b = sb.replace(background=None, key=None)
     _compare(state_a, state_b, after, n, rows, "state")
     # The rows are exactly the padded env's controlled slots, at every step.
     for t in range(NUM_STEPS):
@@ -156,7 +156,7 @@ def _check_equal_on_rows(out, n, rows):
             held = after[t, e][after[t, e] < n]
             assert sorted(held.tolist()) == ctrl.tolist(), (t, e)
             assert np.all(sb.kind[t, e][after[t, e] >= n] == EntityKind.INVALID)
-            bg = sb.bg_kind[t, e]
+            bg = sb.background.kind[t, e]
             np.testing.assert_array_equal(bg, sa.kind[t, e], err_msg=f"bg_kind {t} {e}")
     return ta, sa
 
@@ -218,5 +218,5 @@ def test_more_controllable_than_rows_keeps_the_sdc_and_replays_the_rest():
         assert sorted(sb.obj_index[s].tolist()) == sorted(want)
         kinds = sa.kind[s].copy()
         kinds[np.setdiff1d(ctrl, want)] = EntityKind.EXPERT  # beyond the rows: replay
-        np.testing.assert_array_equal(sb.bg_kind[s], kinds)
+        np.testing.assert_array_equal(sb.background.kind[s], kinds)
         assert tb.active[s].sum() == 3

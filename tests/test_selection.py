@@ -25,13 +25,14 @@ def _keys(rng, shape, tie_values=None):
 
 # (rows, n, k): powers of two and not, k = n, k = 1, the env's partner and light sizes.
 CASES = [(1, 1, 1), (5, 2, 1), (7, 3, 3), (16, 16, 4), (9, 17, 5), (33, 127, 63),
-         (4, 64, 64), (3, 100, 7)]
+         (4, 64, 64), (3, 100, 7), (12, 32, 4), (6, 63, 8)]
 dispatch = jax.jit(selection.smallest_k, static_argnums=1)
 # The three side by side in one program: one compile per case instead of three (where
 # the dispatch picks the network, XLA compiles the shared network once).
 all_three = jax.jit(lambda key, k: (selection.smallest_k_network(key, k),
                                     selection.smallest_k(key, k),
-                                    jax.lax.top_k(-key, k)[1]), static_argnums=1)
+                                    jax.lax.top_k(-key, k)[1],
+                                    selection.smallest_k_passes(key, k)), static_argnums=1)
 
 
 @pytest.mark.parametrize("rows,n,k", CASES)
@@ -40,8 +41,10 @@ def test_network_and_dispatch_equal_a_stable_sort(rows, n, k):
     for tie_values in (None, 5):
         key = _keys(rng, (rows, n), tie_values)
         want = _reference(key, k)
-        got_network, got_dispatch, got_top_k = jax.device_get(all_three(key, k))
+        got_network, got_dispatch, got_top_k, got_passes = jax.device_get(
+            all_three(key, k))
         np.testing.assert_array_equal(got_network, want)
+        np.testing.assert_array_equal(got_passes, want)
         np.testing.assert_array_equal(got_dispatch, want)
         # lax.top_k on the negated keys is the contract other backends run.
         np.testing.assert_array_equal(got_top_k, want)

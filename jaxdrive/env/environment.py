@@ -37,7 +37,7 @@ from jaxdrive.config import ConfigError
 from jaxdrive.env.config import OBJECT_TYPE_NAMES, EnvConfig
 from jaxdrive.env.observation import observe
 from jaxdrive.env.rewards import reward
-from jaxdrive.env.state import EnvParams, EnvState, StepInfo, TimeStep
+from jaxdrive.env.state import Background, EnvParams, EnvState, StepInfo, TimeStep
 from jaxdrive.metrics import registry
 from jaxdrive.metrics.episode import init_episode, update_episode
 from jaxdrive.metrics.step import StepView, compute_metrics, initial_metrics
@@ -166,37 +166,70 @@ class Env:
         """(C,) the agent rows' logged state at log index ``t`` () int32 (steer and accel
         0; a row that holds no object is invalid)."""
         logged = self._log_state(params, state.scenario_id, t)
-        if state.obj_index is None:
+        if state.background is None:
             return logged
-        rows = _take_rows(logged, state.obj_index)
-        return rows.replace(valid=rows.valid & (state.obj_index < logged.valid.shape[0]))
+        idx = state.background.obj_index
+        rows = _take_rows(logged, idx)
+        return rows.replace(valid=rows.valid & (idx < logged.valid.shape[0]))
 
-    def _world(self, params: EnvParams, state: EnvState, agents: AgentState,
-               log_step: jax.Array) -> World | None:
-        """With packed rows, every object of the scene with the rows' ``agents`` (C,) in
-        their slots: experts at their log index ``log_step``, static objects at their
-        initial pose (still), removed rows absent. None without packed rows."""
-        if state.obj_index is None:
-            return None
-        cfg = self.config
+    def _initial_background(self, params: EnvParams, sid: jax.Array, obj_index: jax.Array,
+                            kind: jax.Array) -> Background:
+        """The background of packed rows ``obj_index`` (C,) at an episode's (or trial's)
+        start, the objects' kinds ``kind`` (N,)."""
         obj = params.pool.scenarios.objects
-        sid = state.scenario_id
-        logged = self._log_state(params, sid, log_step)
-        initial = self._log_state(params, sid, jnp.int32(cfg.init_step))
-        static = state.bg_kind == EntityKind.STATIC
-        background = select(static, initial.replace(vel=jnp.zeros_like(initial.vel)), logged)
-        put = lambda full, rows: full.at[state.obj_index].set(rows, mode="drop")  # noqa: E731
-        world = jax.tree.map(put, background, agents)
-        removed = put(jnp.zeros_like(world.valid), state.removed)
-        return World(agents=world, visible=world.valid & ~removed, length=obj.length[sid],
-                     width=obj.width[sid], obj_type=obj.type[sid],
-                     trig=geometry.cos_sin(world.yaw), self_index=state.obj_index)
+        n, c = kind.shape[0], obj_index.shape[0]
+        initial = self._initial_agents(
+            self._log_state(params, sid, jnp.int32(self.config.init_step)), kind)
+        obj_row = jnp.full((n,), c, jnp.int32).at[obj_index].set(
+            jnp.arange(c, dtype=jnp.int32), mode="drop")
+        return Background(obj_index=obj_index, obj_row=obj_row, kind=kind, agents=initial,
+                          trig=geometry.cos_sin(initial.yaw), length=obj.length[sid],
+                          width=obj.width[sid], obj_type=obj.type[sid])
+
+    def _advance_background(self, params: EnvParams, state: EnvState,
+                            log_step: jax.Array) -> Background | None:
+        """``state``'s background at log index ``log_step``: experts (and every other
+        non-static object) as logged there, static objects where they stand."""
+        bg = state.background
+        if bg is None:
+            return None
+        logged = self._log_state(params, state.scenario_id, log_step)
+        static = bg.kind == EntityKind.STATIC
+        cos, sin = geometry.cos_sin(logged.yaw)
+        return bg.replace(agents=select(static, bg.agents, logged),
+                          trig=(jnp.where(static, bg.trig[0], cos),
+                                jnp.where(static, bg.trig[1], sin)))
+
+    @staticmethod
+    def _world(background: Background | None, agents: AgentState, removed: jax.Array,
+               trig) -> World | None:
+        """The scene's N objects with the packed rows' ``agents`` (C,) (``removed`` (C,)
+        bool, ``trig`` their cos/sin) in their slots; None without packed rows."""
+        if background is None:
+            return None
+        c = agents.xy.shape[0]
+        in_row = background.obj_row < c
+        row = jnp.minimum(background.obj_row, c - 1)
+
+        def merge(outside, rows):
+            mask = in_row.reshape(in_row.shape + (1,) * (outside.ndim - 1))
+            return jnp.where(mask, rows[row], outside)
+
+        world = jax.tree.map(merge, background.agents, agents)
+        return World(agents=world, visible=world.valid & ~(in_row & removed[row]),
+                     length=background.length, width=background.width,
+                     obj_type=background.obj_type,
+                     trig=(merge(background.trig[0], trig[0]),
+                           merge(background.trig[1], trig[1])),
+                     self_index=background.obj_index)
 
     def _view(self, params: EnvParams, state: EnvState, agents: AgentState,
-              log_step: jax.Array, moved: bool = False) -> StepView:
+              log_step: jax.Array, moved: bool = False,
+              background: Background | None = None) -> StepView:
         """What the metrics read of ``state`` with its agents at ``agents``, the state of
         log index ``log_step`` () int32; ``moved``: ``agents`` were reached by a step
-        from ``state.agents`` (else nothing moved: a reset)."""
+        from ``state.agents`` (else nothing moved: a reset); ``background``: the packed
+        rows' background at ``log_step`` (default ``state.background``)."""
         present = agents.valid & ~state.removed
         prev_xy = agents.xy
         if moved:
@@ -204,13 +237,14 @@ class Env:
             # appearing.
             was = state.agents.valid & ~state.removed
             prev_xy = jnp.where(was[:, None], state.agents.xy, agents.xy)
+        trig = geometry.cos_sin(agents.yaw)
+        background = state.background if background is None else background
         return StepView(
             pool=params.pool, scenario_id=state.scenario_id, agents=agents, present=present,
             length=state.length, width=state.width, goal=state.goal,
             prev_goal_distance=state.goal_distance, goal_radius=self.config.goal_radius,
-            trig=geometry.cos_sin(agents.yaw), prev_xy=prev_xy,
-            log_step=jnp.asarray(log_step, jnp.int32),
-            world=self._world(params, state, agents, log_step))
+            trig=trig, prev_xy=prev_xy, log_step=jnp.asarray(log_step, jnp.int32),
+            world=self._world(background, agents, state.removed, trig))
 
     def _initial_state(self, params: EnvParams, sid: jax.Array, key: jax.Array) -> EnvState:
         cfg = self.config
@@ -228,9 +262,10 @@ class Env:
         rows = dict(agents=self._initial_agents(agents, kind), kind=kind, role=role,
                     length=obj.length[sid], width=obj.width[sid], obj_type=obj.type[sid],
                     goal=goal, goal_distance=goal_distance)
-        obj_index = bg_kind = None
+        background = None
         if self.packed:
             obj_index, bg_kind = self._pack(kind, obj.is_sdc[sid])
+            background = self._initial_background(params, sid, obj_index, bg_kind)
             used = obj_index < a
             rows = {name: _take_rows(x, obj_index) for name, x in rows.items()}
             rows["agents"] = rows["agents"].replace(valid=rows["agents"].valid & used)
@@ -240,7 +275,7 @@ class Env:
             scenario_id=sid, step=jnp.zeros((), jnp.int32), **rows,
             done=zeros_b, removed=zeros_b, reached=zeros_b, trial=jnp.zeros((), jnp.int32),
             trial_start=jnp.zeros((), jnp.int32), episode=None, trials=None, key=key,
-            obj_index=obj_index, bg_kind=bg_kind,
+            background=background,
         )
         shapes = jax.eval_shape(lambda v: compute_metrics(v, self.metrics),
                                 self._view(params, state, state.agents,
@@ -328,8 +363,13 @@ class Env:
         logged = self.logged_rows(params, state, jnp.int32(self.config.init_step))
         agents = self._initial_agents(logged, state.kind)
         zeros_b = jnp.zeros_like(state.done)
+        background = state.background
+        if background is not None:
+            background = self._initial_background(params, state.scenario_id,
+                                                  background.obj_index, background.kind)
         return state.replace(
             agents=agents, done=zeros_b, removed=zeros_b, reached=zeros_b,
+            background=background,
             goal_distance=jnp.linalg.norm(state.goal - agents.xy, axis=-1).astype(jnp.float32),
             trial=state.trial + 1, trial_start=state.step,
         )
@@ -364,9 +404,11 @@ class Env:
             key, k_goal = jax.random.split(key)
         acting = state.active
         agents = self._move(params, state, action)
+        log_next = cfg.init_step + state.trial_step + 1
+        background = self._advance_background(params, state, log_next)
         m = compute_metrics(
-            self._view(params, state, agents, cfg.init_step + state.trial_step + 1,
-                       moved=True), self.metrics)
+            self._view(params, state, agents, log_next, moved=True, background=background),
+            self.metrics)
         goal_event = m.goal_reached & acting
         collided = m.collided & acting
         r = reward(params.reward, goal_event, collided, m.offroad & acting, m.progress,
@@ -390,7 +432,7 @@ class Env:
             removed=outcome.removed, reached=reached,
             goal_distance=jnp.linalg.norm(outcome.goal - outcome.agents.xy,
                                           axis=-1).astype(jnp.float32),
-            episode=episode, trials=clock.trials, key=key,
+            episode=episode, trials=clock.trials, key=key, background=background,
         )
         info = StepInfo(
             metrics=m, terminal=agents, trial_ended=clock.trial_ended,
@@ -441,10 +483,14 @@ class Env:
         visible = state.agents.valid & ~state.removed
         # Lights rewind with a trial: the log index restarts at init_step.
         log_step = self.config.init_step + state.trial_step
+        trig = world = None
+        if state.background is not None:
+            trig = geometry.cos_sin(state.agents.yaw)
+            world = self._world(state.background, state.agents, state.removed, trig)
         return observe(
             self.config.observation, params.pool, state.scenario_id, state.agents, visible,
-            state.length, state.width, state.obj_type, state.goal, log_step,
-            world=self._world(params, state, state.agents, log_step),
+            state.length, state.width, state.obj_type, state.goal, log_step, trig=trig,
+            world=world,
         )
 
     def _sample_goals(self, params, state, agents, key) -> jax.Array:

@@ -22,6 +22,32 @@ class EnvParams:
 
 
 @struct.dataclass
+class Background:
+    """The objects of one environment's scene around its packed agent rows.
+
+    Attributes:
+      obj_index: (C,) int32, the object slot of each agent row (N: the row is empty).
+      obj_row: (N,) int32, the agent row holding each object (C: none).
+      kind: (N,) int32 ``EntityKind`` of each object for this episode (``CONTROLLED``:
+        in a row; controllable objects beyond C replay their log as ``EXPERT``).
+      agents: ``AgentState`` (N,) of the objects outside the rows at the state's log
+        step (experts as logged, static objects at their initial pose, still); entries
+        of objects in rows are not read.
+      trig: ``(cos(yaw), sin(yaw))`` of ``agents``, (N,) each.
+      length, width: (N,) float32; obj_type: (N,) int32.
+    """
+
+    obj_index: jax.Array
+    obj_row: jax.Array
+    kind: jax.Array
+    agents: AgentState
+    trig: tuple[jax.Array, jax.Array]
+    length: jax.Array
+    width: jax.Array
+    obj_type: jax.Array
+
+
+@struct.dataclass
 class EnvState:
     """The changing state of one environment.
 
@@ -43,13 +69,9 @@ class EnvState:
       episode: ``EpisodeStats``.
       trials: ``TrialStats`` of the current episode.
       key: PRNG key for auto-reset and goal sampling.
-      obj_index: (C,) int32, the object slot of each agent row (N where a row holds no
-        object); None when every object slot is its own row (``max_controlled`` unset,
-        then A = N). With packed rows (``EnvConfig.max_controlled`` = C) the per-agent
-        fields above have C rows, not A.
-      bg_kind: (N,) int32 ``EntityKind`` of every object slot with packed rows
-        (``CONTROLLED``: the object is in a row; experts replay their log, static
-        objects stand at their initial pose); None otherwise.
+      background: with packed agent rows (``EnvConfig.max_controlled`` = C) the scene's
+        N objects around the rows (``Background``), and the per-agent fields above have
+        C rows, not A; None when every object slot is its own row (A = N).
     """
 
     scenario_id: jax.Array
@@ -70,8 +92,13 @@ class EnvState:
     episode: EpisodeStats
     trials: TrialStats
     key: jax.Array
-    obj_index: jax.Array | None = None
-    bg_kind: jax.Array | None = None
+    background: Background | None = None
+
+    @property
+    def obj_index(self) -> jax.Array | None:
+        """(C,) int32 object slot of each packed agent row (N: the row is empty); None
+        without packed rows."""
+        return None if self.background is None else self.background.obj_index
 
     @property
     def controlled(self) -> jax.Array:
