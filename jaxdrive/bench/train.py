@@ -4,8 +4,10 @@ Builds the run of a config file or preset (default the ``quickstart`` preset,
 ``configs/quickstart.yaml``) with the chosen policy kind, compiles ``PPO.train_step``
 (timed: ``compile_s``, the first call) and times ``repeats`` further iterations
 (rollout + GAE + PPO epochs, all on device), reporting agent-steps per second of wall
-time (env steps x agent slots, the unit of ``train.total_steps``) and trained steps per
-second (valid ego steps only).
+time (env steps x agent rows, the unit of ``train.total_steps``) and trained steps per
+second (valid ego steps only: the controlled agents the learner drives). With
+``data.path`` the run's first pool of converted real scenes is timed; with
+``env.max_controlled`` their controlled agents are packed into that many rows per env.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from jaxdrive.env import Env
 from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.runs.config import RunConfig
 from jaxdrive.train.ppo import PPO
-from jaxdrive.train.run import build_env
+from jaxdrive.train.run import SceneStream, build_env
 
 
 class TrainBench:
@@ -37,8 +39,15 @@ class TrainBench:
         self.config = config
         self.mesh = mesh
         t = config.train
+        if mesh is None and config.data.path:
+            # The run's first pool of converted scenes, as training builds it.
+            env = Env(config.env)
+            stream = SceneStream(config, env, 0)
+            env_params = stream.params
+            stream.close()
         if mesh is None:
-            env, env_params = build_env(config, t.seed, t.num_scenes)
+            if not config.data.path:
+                env, env_params = build_env(config, t.seed, t.num_scenes)
             policy = Policy.for_env(config.policy, env)
             ppo = PPO(config, env, policy)
             state = ppo.init(jax.random.key(t.seed + 1), env_params)
@@ -46,6 +55,9 @@ class TrainBench:
         else:
             from jaxdrive.train.placement import Placement, procedural_params
 
+            if config.data.path:
+                raise ValueError("bench train --mesh times procedural scenes only; drop "
+                                 f"data.path ({config.data.path}) or the mesh")
             env = Env(config.env)
             env_params = procedural_params(config, env, t.seed, t.num_scenes, mesh)
             policy = Policy.for_env(config.policy, env)
@@ -88,6 +100,8 @@ class TrainBench:
             "agent_steps_per_iteration": per_it,
             "num_envs": t.num_envs,
             "agent_slots": config.env.scenario.max_agents,
+            "agent_rows": config.env.num_rows,
+            "scenes": config.data.path or "procedural",
             "rollout_steps": t.rollout_steps,
             "epochs": t.epochs,
             "minibatches": t.minibatches,
