@@ -28,13 +28,14 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 # ran them alone for minutes at the end while the other sat idle. Longest first (LPT
 # order) keeps both busy to the end. Order within a module is unchanged. Some modules
 # compile programs that later ones load from the shared persistent cache (test_eval's
-# evaluators for test_golden_eval and the CLIs; test_train_step's scenes for
-# test_population and test_aux_goal): those stay ahead of their users.
+# evaluators for test_golden_eval and the CLIs, its scenes for test_realism_eval;
+# test_train_step's scenes for test_population and test_aux_goal): those stay ahead of
+# their users.
 LONGEST_FIRST = (
     "test_dense_rows.py", "test_train_run.py", "test_golden_env.py", "test_eval.py",
     "test_golden_models.py", "test_procedural_feasibility.py", "test_trial_env.py",
-    "test_realism_eval.py", "test_env.py", "test_data_json.py", "test_golden_eval.py",
-    "test_procedural.py", "test_train_step.py", "test_run_reliability.py",
+    "test_realism_eval.py", "test_env_rows.py", "test_env.py", "test_data_json.py",
+    "test_golden_eval.py", "test_procedural.py", "test_train_step.py", "test_run_reliability.py",
     "test_render_video.py", "test_wosac.py", "test_dynamics.py", "test_inspect.py",
     "test_trial_measurement.py", "test_hidden_goal.py", "test_policy.py",
     "test_geometry.py", "test_policy_cache.py", "test_population.py", "test_aux_goal.py",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
 
 from jaxdrive.scenarios.base import ScenarioConfig, empty_scenario
@@ -9,6 +12,13 @@ from jaxdrive.types import ObjectType, RoadType
 
 HALF_WIDTH = 4.0  # road spans y in [-4, 4]
 X_RANGE = (-100.0, 100.0)
+
+
+@functools.cache
+def _empty(config: ScenarioConfig):
+    """``empty_scenario(config)`` as NumPy: one small jitted program per config (built
+    eagerly it is ~20 compiles of single operations)."""
+    return jax.tree.map(np.asarray, jax.jit(empty_scenario, static_argnums=0)(config))
 
 
 def straight_road(config: ScenarioConfig, agents, dt: float = 0.1, sdc: int = 0, goals=None):
@@ -23,10 +33,7 @@ def straight_road(config: ScenarioConfig, agents, dt: float = 0.1, sdc: int = 0,
     Returns:
       An unbatched ``Scenario`` of NumPy arrays.
     """
-    s = empty_scenario(config)
-    import jax
-
-    s = jax.tree.map(np.array, s)
+    s = jax.tree.map(np.array, _empty(config))  # a writable copy
     xs = np.arange(X_RANGE[0], X_RANGE[1] + 0.5, 1.0, dtype=np.float32)
     n = len(xs)
     polylines = [

@@ -175,101 +175,112 @@ def test_step_equals_padded_outputs_and_memory_on_selected_rows(stepper, name):
                                atol=ATOL)
 
 
-def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps():
-    policy = _policy("transformer")
-    b, t = 4, 5
-    obs = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]),
-                       _host(tiny_observation(b * t, seed=3)))
-    params = _params(policy, 1)
-    first = np.zeros((b, t), bool)
-    first[:, 0] = True
-    removed = np.zeros((b, t), bool)
-    removed[1, 3:] = True
-    cache = policy.init_cache(b)
-    weights = np.random.default_rng(2).standard_normal((b, t, 5), np.float32)
-    obs, first, removed, weights = jax.tree.map(jnp.asarray, (obs, first, removed, weights))
+# The two gradient checks below share one compiled program: the padded segment's loss
+# and gradients, the dense-rows ones and the packed decoder's (two row capacities), for
+# a (B, T) segment given as arguments; each test reads the parts it checks.
+B, T = 6, 5
+ROW_CAPACITIES = (3, None)
 
-    def loss(params, rows):
-        out = policy.sequence(params, cache, obs, first, removed, rows=rows)
-        keep = rows.mask if rows is not None else jnp.ones((b, t), bool)
-        return jnp.sum(jnp.where(keep[..., None], out.dist * weights, 0.0)) + jnp.sum(
-            jnp.where(keep, out.value, 0.0))
+
+def _padded(policy, params, cache, obs, first, removed, weights, sel):
+    out = policy.sequence(params, cache, obs, first, removed)
+    keep = sel.reshape(-1)
+    return (jnp.sum(jnp.where(keep[:, None], out.dist.reshape(B * T, -1) * weights, 0.0))
+            + jnp.sum(jnp.where(keep, out.value.reshape(-1), 0.0))), out
+
+
+def _dense(policy, params, cache, obs, first, removed, weights, sel):
+    rows = DenseRows(sel, 12)
+    out = policy.sequence(params, cache, obs, first, removed, rows=rows)
+    keep = rows.mask.reshape(-1)
+    return (jnp.sum(jnp.where(keep[:, None], out.dist.reshape(B * T, -1) * weights, 0.0))
+            + jnp.sum(jnp.where(keep, out.value.reshape(-1), 0.0)))
+
+
+def _packed(policy, params, cache, obs, first, removed, weights, sel, row_capacity):
+    out, idx, used = policy.sequence_at(params, cache, obs, first, removed, sel, 16,
+                                        row_capacity=row_capacity)
+    return (jnp.sum(jnp.where(used[:, None], out.dist * weights[idx], 0.0))
+            + jnp.sum(jnp.where(used, out.value, 0.0))), (out, idx, used)
+
+
+@pytest.fixture(scope="module")
+def segment_grads():
+    """``grads(params, cache, obs, first, removed, weights, sel)`` -> (padded, dense,
+    packed): each a loss's ``value_and_grad`` (padded and packed with their outputs; one
+    packing per ``ROW_CAPACITIES``), one compile for both tests."""
+    policy = _policy("transformer")
 
     @jax.jit
-    def grads(params, sel):
-        """The loss and its gradients on dense rows and on the padded path (the same
-        loss, the selected steps kept by ``where``): one compile for both."""
-        def full(p):
-            out = policy.sequence(p, cache, obs, first, removed)
-            return jnp.sum(jnp.where(sel[..., None], out.dist * weights, 0.0)) + jnp.sum(
-                jnp.where(sel, out.value, 0.0))
-        return (jax.value_and_grad(loss)(params, DenseRows(sel, 12)),
-                jax.value_and_grad(full)(params))
+    def grads(params, cache, obs, first, removed, weights, sel):
+        args = (policy, params, cache, obs, first, removed, weights, sel)
+        vg = lambda f, **kw: jax.value_and_grad(  # noqa: E731
+            lambda p: f(policy, p, *args[2:], **kw), has_aux=f is not _dense)(params)
+        return vg(_padded), vg(_dense), [vg(_packed, row_capacity=rc)
+                                         for rc in ROW_CAPACITIES]
 
+    return policy, grads
+
+
+def _segment(seed):
+    """A (B, T) segment of random observations and (B * T, 5) loss weights."""
+    obs = jax.tree.map(lambda x: x.reshape((B, T) + x.shape[1:]),
+                       _host(tiny_observation(B * T, seed=seed)))
+    weights = np.random.default_rng(seed - 1).standard_normal((B * T, 5), np.float32)
+    return obs, weights
+
+
+def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps(segment_grads):
+    policy, grads = segment_grads
+    obs, weights = _segment(3)
+    params = _params(policy, 1)
+    first = np.zeros((B, T), bool)
+    first[:, 0] = True
+    removed = np.zeros((B, T), bool)
+    removed[1, 3:] = True
+    cache = policy.init_cache(B)
+    # The dense-rows loss and gradients against the padded path's (the same loss, the
+    # selected steps kept by ``where``).
     # The selection must hold every step a selected step attends to (its row's earlier
     # steps in the episode): whole rows here, as PPO selects ego agents.
     # (The fallback to the full segment: test_dense_apply_* and the PPO run below.)
     for picked in ([0, 2], [1, 3], [2]):  # 10, 10 and 5 of 12 steps
-        sel = np.zeros((b, t), bool)
+        sel = np.zeros((B, T), bool)
         sel[picked] = True
         assert not bool(overflowed(DenseRows(sel.reshape(-1), 12)))
-        (v_d, g_d), (v_f, g_f) = grads(params, sel)
+        ((v_f, _), g_f), (v_d, g_d), _ = grads(params, cache, obs, first, removed, weights,
+                                               sel)
         np.testing.assert_allclose(float(v_d), float(v_f), atol=1e-5)  # a sum of 50 terms
         for a, c in zip(jax.tree.leaves(g_d), jax.tree.leaves(g_f), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5, rtol=1e-5)
 
 
-def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients():
+def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients(segment_grads):
     """The decoder on the rows holding a selected step, packed (row_capacity), and on
     every row (None): outputs and gradients at the selected steps equal the padded
     segment's."""
-    policy = _policy("transformer")
-    b, t = 6, 5
-    obs = jax.tree.map(lambda x: x.reshape((b, t) + x.shape[1:]),
-                       _host(tiny_observation(b * t, seed=4)))
+    policy, grads = segment_grads
+    obs, weights = _segment(4)
     params = _params(policy, 1)
-    first = np.zeros((b, t), bool)
+    first = np.zeros((B, T), bool)
     first[:, 0] = True
     first[4, 2] = True
-    removed = np.zeros((b, t), bool)
+    removed = np.zeros((B, T), bool)
     removed[3, 3:] = True
     # A cache with history: the segment's first steps attend to it.
-    step = jax.jit(lambda c, o, f: policy.step(params, c, o, f, jnp.zeros(b, bool))[1])
-    cache = policy.init_cache(b)
+    step = jax.jit(lambda c, o, f: policy.step(params, c, o, f, jnp.zeros(B, bool))[1])
+    cache = policy.init_cache(B)
     for k in range(3):
         cache = step(cache, jax.tree.map(lambda x, k=k: x[:, k], obs), first[:, 0] & (k == 0))
     first[:, 0] = False
     first[5, 0] = True
-    weights = np.random.default_rng(3).standard_normal((b * t, 5), np.float32)
-    # On the device (no compile): the packed path indexes them with traced indices.
-    obs, first, removed, weights = jax.tree.map(jnp.asarray, (obs, first, removed, weights))
-
-    def padded(params, sel):
-        out = policy.sequence(params, cache, obs, first, removed)
-        keep = sel.reshape(-1)
-        return (jnp.sum(jnp.where(keep[:, None], out.dist.reshape(b * t, -1) * weights, 0.0))
-                + jnp.sum(jnp.where(keep, out.value.reshape(-1), 0.0))), out
-
-    def packed(params, sel, row_capacity):
-        out, idx, used = policy.sequence_at(params, cache, obs, first, removed, sel, 16,
-                                            row_capacity=row_capacity)
-        return (jnp.sum(jnp.where(used[:, None], out.dist * weights[idx], 0.0))
-                + jnp.sum(jnp.where(used, out.value, 0.0))), (out, idx, used)
-
-    sel = np.zeros((b, t), bool)
+    sel = np.zeros((B, T), bool)
     sel[1] = True          # a whole row
     sel[4, 2:] = True      # an episode that starts mid-segment
     sel[5, :3] = True      # one that ends (later steps not needed)
-    rcs = (3, None)  # 11 steps of 3 rows
-
-    @jax.jit
-    def all_grads(params, sel):  # one compile: the padded path and both packings
-        return (jax.value_and_grad(padded, has_aux=True)(params, sel),
-                [jax.value_and_grad(lambda p, s, rc=rc: packed(p, s, rc), has_aux=True)(
-                    params, sel) for rc in rcs])
-
-    ((v_f, out_f), g_f), packings = all_grads(params, sel)
-    for rc, ((v_d, (out_d, idx, used)), g_d) in zip(rcs, packings, strict=True):
+    # 11 steps of 3 rows
+    ((v_f, out_f), g_f), _, packings = grads(params, cache, obs, first, removed, weights, sel)
+    for rc, ((v_d, (out_d, idx, used)), g_d) in zip(ROW_CAPACITIES, packings, strict=True):
         np.testing.assert_allclose(float(v_d), float(v_f), atol=1e-5, err_msg=str(rc))
         for a, c in zip(jax.tree.leaves(g_d), jax.tree.leaves(g_f), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5, rtol=1e-5,
@@ -279,7 +290,7 @@ def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients():
         assert used.sum() == sel.sum() == 11
         np.testing.assert_array_equal(np.asarray(idx)[used], np.flatnonzero(sel))
         np.testing.assert_allclose(np.asarray(out_d.dist)[used],
-                                   np.asarray(out_f.dist).reshape(b * t, -1)[sel.reshape(-1)],
+                                   np.asarray(out_f.dist).reshape(B * T, -1)[sel.reshape(-1)],
                                    atol=ATOL, err_msg=str(rc))
 
 

@@ -35,13 +35,16 @@ def _agents(xy, yaw, speed, valid=None):
     )
 
 
-SCENE = straight_road(SC, [(0, -2, 0, 0, 4, 2)])
+@functools.cache
+def scene():
+    """Built on first use, not at import (pytest-xdist workers import every module)."""
+    return straight_road(SC, [(0, -2, 0, 0, 4, 2)])
 
 
 @functools.cache
 def pool():
     """Built on first use, not at import (pytest-xdist workers import every module)."""
-    return _pool(SCENE)
+    return _pool(scene())
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -119,8 +122,8 @@ def test_road_points_are_the_cell_list_within_radius():
     agents = _agents(xy, [0.3, -2.0] + [0] * (A - 2), np.zeros(A))
     obs = observe_jit(cfg, agents, jnp.ones(A, bool), jnp.full(A, 4.0), jnp.full(A, 2.0),
                       jnp.zeros((A, 2)))
-    rg_xy = np.asarray(SCENE.roadgraph.xy)
-    rg_valid = np.asarray(SCENE.roadgraph.valid)
+    rg_xy = np.asarray(scene().roadgraph.xy)
+    rg_valid = np.asarray(scene().roadgraph.valid)
     origin = np.asarray(pool().road_index.origin[0])
     size = float(pool().road_index.cell_size[0])
     for i in range(2):

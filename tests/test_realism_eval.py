@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import eval_family
 import jax
 import pytest
 from policy_inputs import perturb, random_obs
@@ -17,17 +18,18 @@ from jaxdrive.eval.suite import load_suite_specs
 from jaxdrive.models.policy import Policy, PolicyConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
-ENV = {"scenario": {"max_agents": 4, "num_steps": 24},
-       "observation": {"num_partners": 3, "num_road": 20},
-       "road_index": {"road_per_cell": 20, "grid_size": 8}, "init_step": 4}
-PROCEDURAL = {"num_agents": [2, 4], "topology": {"straight": 1.0, "curve": 1.0,
-                                                 "t_junction": 0.0, "intersection": 0.0}}
+# The evaluation family's tiny sizes and scenes (eval_family): the scene generator and
+# the road index come from test_eval's compiled programs (the shared compilation cache).
+ENV = {"scenario": eval_family.SCENARIO, "observation": eval_family.OBSERVATION,
+       "road_index": eval_family.ROAD_INDEX, "init_step": 4}
+PROCEDURAL = eval_family.PROCEDURAL
+NUM = eval_family.NUM_SCENES  # 5
 NAMES = ("meta_metric", "kinematic", "interactive", "map_based", "min_ade",
          *realism.wosac.FEATURE_NAMES)
 
 
 def _suite(**section):
-    base = {"type": "realism", "num_scenarios": 3, "batch_size": 2, "seed": 3,
+    base = {"type": "realism", "num_scenarios": NUM, "batch_size": 2, "seed": 3,
             "num_rollouts": 2, "deterministic": False}
     return {"eval": {"real": {**base, **section}}}
 
@@ -68,11 +70,11 @@ def test_scores_named_in_range_baselines_ordered_no_recompile(setup):
     for prefix in ("", "log_replay/"):
         for name in NAMES:
             assert prefix + name in res.metrics, prefix + name
-            assert len(res.per_scenario[prefix + name]) == 3
+            assert len(res.per_scenario[prefix + name]) == NUM
         for name in NAMES[:4] + realism.wosac.FEATURE_NAMES:
             assert 0.0 <= res.metrics[prefix + name] <= 1.0, (prefix + name)
-    assert res.per_scenario["scenario_id"] == [0, 1, 2]
-    assert res.metrics["scored_scenarios"] == 3.0
+    assert res.per_scenario["scenario_id"] == list(range(NUM))
+    assert res.metrics["scored_scenarios"] == float(NUM)
     # log_replay scores the logged future itself: no displacement, and every group at
     # least as high as the untrained policy's (the log holds each bin's whole mass).
     assert res.metrics["log_replay/ade"] == 0.0 and res.metrics["log_replay/min_ade"] == 0.0

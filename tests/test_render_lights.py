@@ -50,7 +50,8 @@ STATES = np.array([[S.STOP, S.GO, S.ARROW_STOP],
                    [S.STOP, S.STOP, S.STOP],
                    [S.UNKNOWN, S.UNKNOWN, S.UNKNOWN]], np.int32)
 VALID = np.array([[1, 1, 1], [1, 1, 0], [0, 0, 0], [1, 1, 1]], bool)
-LIGHTS = TrafficLights(lane_id=jnp.arange(4, dtype=jnp.int32), stop_xy=jnp.asarray(STOP_XY),
+LIGHTS = TrafficLights(lane_id=jnp.asarray(np.arange(4, dtype=np.int32)),
+                       stop_xy=jnp.asarray(STOP_XY),
                        state=jnp.asarray(STATES), valid=jnp.asarray(VALID))
 R, A = 4, 1
 

@@ -1,6 +1,7 @@
 """WOSAC 2025 realism metrics: hand-computed features and likelihoods, and invariants."""
 
 import dataclasses
+import functools
 import math
 
 import chex
@@ -49,8 +50,21 @@ def _lights(states) -> TrafficLights:
 
 
 ROAD = _straight_road()
-INDEX = road_index.build_road_index(ROAD, road_index.RoadIndexConfig(
-    grid_size=8, road_per_cell=16, chunk_size=4, edges_per_cell=8, edge_merge_tolerance=0.0))
+INDEX_CONFIG = road_index.RoadIndexConfig(grid_size=8, road_per_cell=16, chunk_size=4,
+                                          edges_per_cell=8, edge_merge_tolerance=0.0)
+
+
+@functools.cache
+def road_grid():
+    """ROAD's road index, built (jitted: one compile, where an eager build is ~120 small
+    ones) on first use, not at import (pytest-xdist workers import every module)."""
+    return jax.jit(road_index.build_road_index, static_argnames="config")(
+        ROAD, config=INDEX_CONFIG)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _road_grid_built_outside_jit():
+    road_grid()  # first built here, so that no jitted function caches a traced grid
 
 
 def _traj(xy, yaw, valid=None):
@@ -271,7 +285,7 @@ def test_distance_to_road_edge_and_offroad():
     # corners reach y = 4: -1.
     xy = jnp.array([[[0.0, 0.0]], [[10.0, 4.5]], [[-10.0, 2.0]]])
     yaw = jnp.array([[0.0], [0.0], [math.pi / 2]])
-    d = np.asarray(edge_jit(INDEX, ROAD, xy, yaw, jnp.full(3, 4.0), jnp.full(3, 2.0)))
+    d = np.asarray(edge_jit(road_grid(), ROAD, xy, yaw, jnp.full(3, 4.0), jnp.full(3, 2.0)))
     np.testing.assert_allclose(d[:, 0], [-4.0, 0.5, -1.0], atol=1e-5)
 
 
@@ -374,7 +388,7 @@ def _replay(log: wosac.Trajectories) -> wosac.Trajectories:
 
 
 def _scores(sim, log, fn=scores_jit, **kw):
-    out = fn(sim, log, LENGTH, WIDTH, EVALUATED, INDEX, ROAD, init_steps=INIT, **kw)
+    out = fn(sim, log, LENGTH, WIDTH, EVALUATED, road_grid(), ROAD, init_steps=INIT, **kw)
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -418,7 +432,7 @@ def test_per_object_likelihood_is_exp_mean_log_over_valid_steps():
     # Replay with one object's logged speed feature moved to another bin at one step:
     # the per-object speed likelihood is exp of the mean over its valid steps.
     log = _log_scene()
-    log_f = features_jit(log, LENGTH, WIDTH, INDEX, ROAD)
+    log_f = features_jit(log, LENGTH, WIDTH, road_grid(), ROAD)
     sim_f = jax.tree.map(lambda x: jnp.broadcast_to(x, (R,) + x.shape), log_f)
     out = from_features_jit(sim_f, log_f, EVALUATED, init_steps=INIT)
     c = wosac.WOSAC_2025.linear_speed
@@ -450,7 +464,7 @@ def test_log_replay_scores_highest():
 
 def test_one_collision_lowers_exactly_the_collision_term():
     log = _log_scene()
-    log_f = features_jit(log, LENGTH, WIDTH, INDEX, ROAD)
+    log_f = features_jit(log, LENGTH, WIDTH, road_grid(), ROAD)
     replay_f = jax.tree.map(lambda x: jnp.broadcast_to(x, (R,) + x.shape), log_f)
     hit = replay_f.replace(
         collision_indication=replay_f.collision_indication.at[0, 1, 7].set(True))
@@ -518,7 +532,8 @@ def test_red_light_input_and_vmap_over_scenarios():
     log_reds = jnp.asarray(np.stack([log_red, np.zeros_like(log_red)]))
     batched = jax.jit(jax.vmap(
         lambda s, lg, sr, lr: wosac.realism_scores(
-            s, lg, LENGTH, WIDTH, EVALUATED, INDEX, ROAD, sim_red_light=sr, log_red_light=lr,
+            s, lg, LENGTH, WIDTH, EVALUATED, road_grid(), ROAD, sim_red_light=sr,
+            log_red_light=lr,
             init_steps=INIT, rollout_batch=3)))(sims, logs, sim_reds, log_reds)
     c = 0.001
     want = math.sqrt((1 + c) / (4 + 2 * c) * (4 + c) / (4 + 2 * c))  # geometric mean

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 from flax import struct
 
 from jaxdrive.config import ConfigError
@@ -35,9 +36,26 @@ class ScenarioPool:
 
 
 @functools.lru_cache(maxsize=16)
-def _build_fn(config: RoadIndexConfig, batch_size: int):
-    build = functools.partial(build_road_index, config=config)
-    return jax.jit(lambda rg: jax.lax.map(build, rg, batch_size=batch_size))
+def _chunk_fn(config: RoadIndexConfig, batch_size: int):
+    """Road grids and stop directions of one chunk of ``batch_size`` scenarios."""
+    build = jax.vmap(functools.partial(build_road_index, config=config))
+    stop_dir = jax.vmap(signals.stop_directions)
+    return jax.jit(lambda rg, lights: (build(rg), stop_dir(lights, rg)))
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _take(roadgraph, lights, start, size: int):
+    """Scenarios ``start .. start + size - 1`` of the stacked ones, the last one repeated
+    past the end (padding of the last chunk)."""
+    n = roadgraph.xy.shape[0]
+    idx = jnp.minimum(start + jnp.arange(size, dtype=jnp.int32), n - 1)
+    return jax.tree.map(lambda x: x[idx], (roadgraph, lights))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _join(chunks, n: int):
+    """The chunks' outputs concatenated along the scenario axis, padding dropped."""
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs)[:n], *chunks)
 
 
 def make_pool(
@@ -46,7 +64,9 @@ def make_pool(
     """Build road grids for a batch of scenarios (leading axis N) and return the pool.
 
     The grids are built in chunks of ``batch_size`` scenarios so that the temporary
-    (cells x road points) distance tables stay small for large maps.
+    (cells x road points) distance tables stay small for large maps. One compiled chunk
+    program serves every N (the last chunk is padded); only the small programs that cut
+    and join the chunks depend on N.
     """
     index_config = index_config or RoadIndexConfig()
     if scenarios.objects.xy.ndim != 4:
@@ -56,11 +76,12 @@ def make_pool(
             "jaxdrive.types.tree_stack or generate a batch."
         )
     n = scenarios.objects.xy.shape[0]
-    index = _build_fn(index_config, max(1, min(batch_size, n)))(scenarios.roadgraph)
-    stop_dir = _stop_dir_fn()(scenarios.traffic_lights, scenarios.roadgraph)
+    b = max(1, batch_size)
+    chunk = _chunk_fn(index_config, b)
+    rg, lights = scenarios.roadgraph, scenarios.traffic_lights
+    if n == 0:
+        index, stop_dir = chunk(rg, lights)
+    else:
+        chunks = [chunk(*_take(rg, lights, jnp.int32(start), b)) for start in range(0, n, b)]
+        index, stop_dir = _join(chunks, n)
     return ScenarioPool(scenarios=scenarios, road_index=index, stop_dir=stop_dir)
-
-
-@functools.cache
-def _stop_dir_fn():
-    return jax.jit(jax.vmap(signals.stop_directions))

@@ -27,6 +27,7 @@ Run directory layout::
 
 from __future__ import annotations
 
+import collections
 import datetime
 import math
 import shutil
@@ -46,10 +47,16 @@ from jaxdrive.eval.suite import load_suite_file
 from jaxdrive.files import OutputError, atomic_write_text, safe_name
 from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.parallel import gather_shares, replicated, to_global
-from jaxdrive.render.record import Recorder, policy_actor, record
+from jaxdrive.render.record import Recorder, VideoConfig, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import BackgroundSaver, Checkpointer, host_snapshot
-from jaxdrive.runs.config import RunConfig, expand_co_players
+from jaxdrive.runs.config import (
+    CheckpointConfig,
+    EvaluationConfig,
+    LoggingConfig,
+    RunConfig,
+    expand_co_players,
+)
 from jaxdrive.runs.load import (
     load_policy,
     matching_params,
@@ -340,6 +347,50 @@ def remove_unused_run_dir(run_dir: Path) -> bool:
     return True
 
 
+# What runs of one process share (a process that trains several runs of one config:
+# resume after Ctrl-C, init_from, the tests, ``bench learn``): the env, the policy, the
+# PPO, the jitted step and restart and the validator of an earlier run whose config
+# differs at most in what none of them reads (outputs, checkpoints, videos, evaluations,
+# init_from). Reusing the jitted step skips re-tracing and re-lowering it (2-4 s a run);
+# the numbers are the same programs' (jax.jit's own cache). Single-device, single-process
+# runs without co-players only; the last few configs are kept.
+_BUILT: collections.OrderedDict = collections.OrderedDict()
+_BUILT_MAX = 4
+
+
+def _reuse_key(config: RunConfig) -> RunConfig | None:
+    """``config`` without what a run's env, policy, PPO, step and validator do not
+    read, or None when the run's parts are not shared (``_BUILT``)."""
+    if config.train.co_players or jax.device_count() > 1 or jax.process_count() > 1:
+        return None
+    t = config.train
+    # The run's length reaches the step through a decaying learning rate only.
+    total = t.total_steps if t.lr_schedule != "constant" else 1
+    key = config.replace(logging=LoggingConfig(), checkpoint=CheckpointConfig(),
+                         video=VideoConfig(), evaluation=EvaluationConfig(),
+                         train=t.replace(init_from=None, init_checkpoint="best",
+                                         total_steps=total))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _shared_parts(config: RunConfig) -> dict | None:
+    """The parts an earlier run of this process built for ``config`` (``_BUILT``): a dict
+    to fill on the first run, None when not shared."""
+    key = _reuse_key(config)
+    if key is None:
+        return None
+    if key not in _BUILT:
+        _BUILT[key] = {}
+        while len(_BUILT) > _BUILT_MAX:
+            _BUILT.popitem(last=False)
+    _BUILT.move_to_end(key)
+    return _BUILT[key]
+
+
 class _Run:
     """One training run's host side: setup, the loop, and what runs between steps."""
 
@@ -380,7 +431,11 @@ class _Run:
         if self.scenes is not None and self.scenes.restart_due(self.start_it):
             self.state = self.scenes.restart(self.restart_fn, self.state)
         self._announce()
-        self.step_fn = self.placement.jit_step(_guarded(self.ppo.train_step), self.env_params)
+        shared = self.shared if self.shared is not None else {}
+        if "step" not in shared:
+            shared["step"] = self.placement.jit_step(_guarded(self.ppo.train_step),
+                                                     self.env_params)
+        self.step_fn = shared["step"]
         self.wandb = _wandb_writer(config, run_dir, wandb_id) if self.main else None
         self.console = None if quiet else ConsoleProgress(
             self.n_it * self.per_it, self.start_it * self.per_it, keys=CONSOLE_KEYS)
@@ -425,11 +480,16 @@ class _Run:
         config, t = self.config, self.config.train
         self.mesh = default_mesh()
         self.scenes = None
-        self.env = Env(config.env)
-        self.policy = Policy.for_env(config.policy, self.env)
-        self.ppo = PPO(config, self.env, self.policy, self.co_players, mesh=self.mesh,
-                       trial_counters=True)
-        self.placement = Placement(self.ppo)
+        self.shared = _shared_parts(config) if self.mesh is None else None
+        shared = self.shared if self.shared is not None else {}
+        if "ppo" not in shared:
+            env = Env(config.env)
+            policy = Policy.for_env(config.policy, env)
+            ppo = PPO(config, env, policy, self.co_players, mesh=self.mesh,
+                      trial_counters=True)
+            shared.update(env=env, policy=policy, ppo=ppo, placement=Placement(ppo))
+        self.env, self.policy = shared["env"], shared["policy"]
+        self.ppo, self.placement = shared["ppo"], shared["placement"]
         if config.data.path:
             done = int(resume_meta["iteration"]) if resume_meta is not None else 0
             self.scenes = SceneStream(config, self.env, done, place=self.placement.env_params)
@@ -437,10 +497,15 @@ class _Run:
         else:
             self.env_params = procedural_params(config, self.env, t.seed, t.num_scenes,
                                                 self.mesh)
-        self.restart_fn = self.placement.jit_restart(self.ppo.restart_envs, self.env_params)
+        if "restart" not in shared:
+            shared["restart"] = self.placement.jit_restart(self.ppo.restart_envs,
+                                                           self.env_params)
+        self.restart_fn = shared["restart"]
         # Validation runs in every process (an evaluator over all devices of the job);
         # videos and evaluations in process 0 only, on its own devices.
-        self.validator = make_validator(config) if config.validation.every else None
+        if "validator" not in shared:
+            shared["validator"] = make_validator(config) if config.validation.every else None
+        self.validator = shared["validator"]
         if self.env.config.co_player_fraction > 0 and not self.co_players:
             self.log("note: env.co_player_fraction > 0 and no train.co_players: co-players "
                      "act with the learner's current parameters (never trained on).")
