@@ -25,8 +25,11 @@ from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 from jaxdrive.types import EntityKind
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "womd_json"
-REAL = sorted(DATA.glob("*.json")) if DATA.is_dir() else []
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = SHARED / "womd_json"
+# The plain scenes and the one with traffic lights (its light tokens went NaN once).
+REAL = (sorted(DATA.glob("*.json")) + sorted((SHARED / "womd_json_traffic_lights").glob("*.json"))
+        if DATA.is_dir() else [])
 
 NUM_ENVS, NUM_STEPS = 3, 24
 FLOAT_RTOL, FLOAT_ATOL = 1e-5, 1e-5
@@ -45,8 +48,8 @@ PROCEDURAL_ENV = {
 # Real scenes: every vehicle driven, the others replayed; short episodes (auto-resets).
 REAL_ENV = {
     "scenario": {"max_agents": 96, "num_steps": 91, "max_road_points": 2048,
-                 "max_lanes": 128},
-    "observation": SMALL_OBS, "road_index": ROAD_INDEX,
+                 "max_lanes": 128, "max_traffic_lights": 32},
+    "observation": {**SMALL_OBS, "num_lights": 4}, "road_index": ROAD_INDEX,
     "collision_behavior": "remove", "goal_behavior": "remove", "episode_length": 9,
 }
 
@@ -136,6 +139,10 @@ def _check_equal_on_rows(out, n, rows):
              start_b[0].obj_index, n, rows, "reset state")
     _compare(start_a[1].obs, start_b[1].obs, start_b[0].obj_index, n, rows, "reset obs")
     after = sb.obj_index
+    # Observations are finite on both sides (a NaN would compare equal to a NaN).
+    for tree in (start_a[1].obs, start_b[1].obs, ta.obs, tb.obs):
+        for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            assert np.isfinite(x).all(), jax.tree_util.keystr(path)
     # What the step reached (its rewards, flags, metrics, the ended episode's stats):
     # the rows as they were before the step; what the next action reads (observation,
     # activity, the state after any auto-reset): the rows after it.
@@ -209,6 +216,9 @@ def test_more_controllable_than_rows_keeps_the_sdc_and_replays_the_rest():
                              in_axes=(None, 0)), static_argnums=0)
     sa, _ = jax.device_get(reset(padded, jnp.arange(4)))
     sb, tb = jax.device_get(reset(packed, jnp.arange(4)))
+    # The count the trainer's overflow note reads: the padded reset's controlled slots.
+    np.testing.assert_array_equal(np.asarray(packed.controlled_per_scene(params)),
+                                  (sa.kind == EntityKind.CONTROLLED).sum(axis=1))
     for s in range(4):
         ctrl = np.flatnonzero(sa.kind[s] == EntityKind.CONTROLLED)
         assert len(ctrl) > 3  # more controllable vehicles than rows

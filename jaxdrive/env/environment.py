@@ -106,6 +106,20 @@ class Env:
         every per-agent array of the state, actions and ``TimeStep``."""
         return self.config.num_rows
 
+    def controlled_per_scene(self, params: EnvParams) -> jax.Array:
+        """(S,) int32: the objects each scene of the pool controls at reset with one row
+        per object slot (``max_controlled`` unset), the SDC included: more than
+        ``num_rows`` means that the rest of them replay their log. Control modes that
+        draw (``fraction``) are counted at one draw (key 0)."""
+        padded = Env(self.config.replace(max_controlled=None))
+
+        def count(sid):
+            state, _ = padded.reset_to(params, sid, jax.random.key(0))
+            return jnp.sum((state.kind == EntityKind.CONTROLLED).astype(jnp.int32))
+
+        n = params.pool.scenarios.objects.xy.shape[0]
+        return jax.jit(jax.vmap(count))(jnp.arange(n, dtype=jnp.int32))
+
     @property
     def packed(self) -> bool:
         """Agent rows are packed controlled agents (``max_controlled`` set) rather than

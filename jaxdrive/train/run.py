@@ -494,6 +494,7 @@ class _Run:
             done = int(resume_meta["iteration"]) if resume_meta is not None else 0
             self.scenes = SceneStream(config, self.env, done, place=self.placement.env_params)
             self.env_params = self.scenes.params
+            self._note_rows_overflow()
         else:
             self.env_params = procedural_params(config, self.env, t.seed, t.num_scenes,
                                                 self.mesh)
@@ -525,6 +526,21 @@ class _Run:
         self.log(f"policy parameters from {loaded.run_dir} ({which} checkpoint, step "
                  f"{loaded.step:,}); optimiser and step count start afresh")
         return state.replace(params=params, opt_state=opt_state)
+
+    def _note_rows_overflow(self) -> None:
+        """With packed rows (``env.max_controlled``), say how many vehicles of the first
+        pool find no row and replay their log instead of being trained."""
+        rows = self.env.config.max_controlled
+        if rows is None:
+            return
+        counts = np.asarray(jax.device_get(self.env.controlled_per_scene(self.env_params)))
+        over = counts > rows
+        if over.any():
+            self.log(f"note: {int(over.sum())} of {counts.size} scenes of the first pool have "
+                     f"more controlled vehicles (up to {int(counts.max())}) than "
+                     f"env.max_controlled = {rows}: {int((counts - rows)[over].sum())} "
+                     "vehicles replay their log untrained; raise env.max_controlled to "
+                     "train them all.")
 
     def _announce(self) -> None:
         t = self.config.train
