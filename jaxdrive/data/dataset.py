@@ -45,6 +45,8 @@ class ScenarioDataset:
       shuffle: permute shards and rows each epoch (else manifest order).
       repeat: cycle through epochs forever (else stop after one).
       drop_remainder: drop a last batch smaller than ``batch_size``.
+      batch_key: the name errors give ``batch_size`` (a config key, e.g.
+        ``data.pool_size``).
       process_index, process_count: this host and the number of hosts (default
         ``jax.process_index()`` / ``jax.process_count()``).
       equal_split: give every host the same number of scenarios (drops fewer than
@@ -67,7 +69,7 @@ class ScenarioDataset:
         equal_split: bool = True, scenario_config: ScenarioConfig | None = None,
         subset: str | None = None, prefetch: int = 2, shuffle_window: int = 4,
         device_put: bool | Any = True, transform: Callable[[Any], Any] | None = None,
-        skip_batches: int = 0,
+        skip_batches: int = 0, batch_key: str = "batch_size",
     ):
         self.directory = os.fspath(directory)
         self.manifest = shards_lib.read_manifest(self.directory)
@@ -108,7 +110,8 @@ class ScenarioDataset:
             raise ConfigError(
                 f"host {self.process_index}/{self.process_count} owns {len(mine)} scenarios "
                 f"of '{self.directory}'{f' subset {subset!r}' if subset else ''}, fewer "
-                f"than batch_size {batch_size}; lower batch_size or add data.")
+                f"than {batch_key} {batch_size}; lower {batch_key} (at most {len(mine)}) or "
+                "add data.")
         shard_of = np.array([r["shard"] for r in records], np.int64)
         row_of = np.array([r["index"] for r in records], np.int64)
         self._rows: dict[int, np.ndarray] = {}

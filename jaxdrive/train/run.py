@@ -109,7 +109,8 @@ class SceneStream:
             d.path, d.pool_size, seed=d.seed, subset=d.subset,
             scenario_config=config.env.scenario, skip_batches=self.pool_index,
             prefetch=1 if self.refresh else 0,
-            transform=lambda s: make_pool(s, config.env.road_index))
+            transform=lambda s: make_pool(s, config.env.road_index),
+            batch_key="data.pool_size")
         # Each process loads its own scenes (the dataset's per-process split); the pools
         # of all processes are gathered here, in the main thread, into one replicated pool.
         self._to_params = lambda pool: place(env.make_params(gather_shares(pool)))
@@ -119,9 +120,10 @@ class SceneStream:
     def describe(self) -> str:
         """The scene source in words, for the run's announcement (pool size, dataset size,
         refresh interval)."""
-        every = f", next {self.dataset.batch_size} every {self.refresh} iterations"
-        return (f"{self.dataset.batch_size} of {self.dataset.num_scenarios} "
-                f"data" + (every if self.refresh else ""))
+        every = f", the next {self.dataset.batch_size} every {self.refresh} iterations"
+        return (f"training pools of {self.dataset.batch_size} of the "
+                f"{self.dataset.num_scenarios} scenes of {self.dataset.directory}"
+                + (every if self.refresh else ""))
 
     @property
     def wait_seconds(self) -> float:
@@ -544,9 +546,13 @@ class _Run:
 
     def _announce(self) -> None:
         t = self.config.train
-        num_scenes = t.num_scenes if self.scenes is None else self.scenes.describe()
-        self.log(f"jaxdrive.train: {num_scenes} training scenes, {t.num_envs} envs x "
-                 f"{self.ppo.num_agents} agent slots, policy {self.config.policy.kind} "
+        scenes = (f"{t.num_scenes} procedural training scenes" if self.scenes is None
+                  else self.scenes.describe())
+        env = self.env.config
+        rows = (f"{self.ppo.num_agents} agent slots" if env.max_controlled is None else
+                f"{self.ppo.num_agents} agent rows ({env.scenario.max_agents} object slots)")
+        self.log(f"jaxdrive.train: {scenes}, {t.num_envs} envs x "
+                 f"{rows}, policy {self.config.policy.kind} "
                  f"({param_count(self.state.params):,} params), {self.n_it} iterations of "
                  f"{self.per_it:,} agent-steps, backend {jax.default_backend()}; setup "
                  f"{time.perf_counter() - self.t0:.1f} s")
