@@ -255,9 +255,10 @@ LEGACY_ROADS = [{"geometry": [{"x": 0.0, "y": -4.0}, {"x": 30.0, "y": -4.0}],
                  "type": "road_edge"}]
 
 
-def test_missing_sdc_inferred_longest_vehicle_track(tmp_path):
+def test_missing_sdc_inferred_moving_full_track(tmp_path):
     # No metadata. Vehicle 1: 5 of 6 steps; pedestrian 2: all 6 (not a vehicle);
-    # vehicles 3 and 4: all 6 steps -> the tie goes to the lowest index, 3.
+    # vehicles 3 and 4: all 6 steps, both 5 m from their start -> the tie goes to the
+    # lowest index, 3.
     part = [True] * 5 + [False]
     data = {"name": "legacy", "objects": [
         _legacy_object("cyclist", [True] * 6), _legacy_object("vehicle", part, 5.0),
@@ -265,8 +266,9 @@ def test_missing_sdc_inferred_longest_vehicle_track(tmp_path):
         _legacy_object("vehicle", [True] * 6, 20.0)], "roads": LEGACY_ROADS,
         "tl_states": {}}
     raw = scene_from_dict(data, "legacy.json")
-    assert raw.sdc_index == 3 and raw.sdc_inferred == "longest_vehicle_track"
-    assert any("SDC inferred as objects[3]" in n for n in raw.notes)
+    assert raw.sdc_index == 3 and raw.sdc_inferred == "moving_full_track"
+    assert any("SDC inferred as objects[3] (rule moving_full_track: 6 of 6 steps valid, "
+               "5.0 m from its start)" in n for n in raw.notes)
     # sdc_track_index -1 in metadata is the same as none.
     data["metadata"] = {"sdc_track_index": -1}
     assert scene_from_dict(data, "legacy.json").sdc_index == 3
@@ -289,8 +291,40 @@ def test_missing_sdc_inferred_longest_vehicle_track(tmp_path):
     cfg = ScenarioConfig(max_agents=8, num_steps=6, max_road_points=16, max_lanes=2)
     m = convert_to_shards([str(path)], tmp_path / "out", cfg, ConvertConfig(init_step=1))
     assert m["num_scenarios"] == 1 and m["skipped"] == []
-    assert m["scenarios"][0]["sdc_inferred"] == "longest_vehicle_track"
+    assert m["scenarios"][0]["sdc_inferred"] == "moving_full_track"
     assert m["totals"]["inferred_sdc"] == 1
+
+
+def _track(xs, ys, valid=None):
+    """A vehicle of the older layout at the given per-step positions."""
+    t = len(xs)
+    obj = _legacy_object("vehicle", list(valid) if valid is not None else [True] * t)
+    obj["position"] = [{"x": float(x), "y": float(y)} for x, y in zip(xs, ys, strict=True)]
+    return obj
+
+
+def test_inferred_sdc_is_a_vehicle_that_drives():
+    t = 8
+    rng = np.random.default_rng(0)
+    # Vehicle 0: parked, fully valid, its position jittering by up to 0.3 m (a path of
+    # several metres, but never 2 m from where it stands). Vehicle 1: drives 1.5 m a
+    # step, valid at 7 of 8 steps (9 m). Vehicle 2: drives 0.5 m a step (3.5 m),
+    # fully valid. Vehicle 3: parked, fully valid.
+    jitter = rng.uniform(-0.15, 0.15, (t, 2))
+    objects = [_track(10 + jitter[:, 0], 2 + jitter[:, 1]),
+               _track(np.arange(t) * 1.5, np.zeros(t), [True] * 7 + [False]),
+               _track(np.arange(t) * 0.5, np.full(t, 4.0)),
+               _track(np.full(t, -5.0), np.zeros(t))]
+    data = {"objects": objects, "roads": LEGACY_ROADS}
+    raw = scene_from_dict(data, "x.json")
+    # The fully valid vehicle that moves, although another one gets farther.
+    assert raw.sdc_index == 2 and raw.sdc_inferred == "moving_full_track"
+    # Without it: the moving vehicle (7 valid steps) beats the fully valid parked ones.
+    raw = scene_from_dict(dict(data, objects=[objects[0], objects[1], objects[3]]), "x.json")
+    assert raw.sdc_index == 1 and raw.sdc_inferred == "moving_vehicle"
+    # Nothing moves: the longest track, ties to the lowest index.
+    raw = scene_from_dict(dict(data, objects=[objects[0], objects[3]]), "x.json")
+    assert raw.sdc_index == 0 and raw.sdc_inferred == "longest_vehicle_track"
 
 
 def test_no_vehicle_no_sdc():
@@ -310,7 +344,7 @@ def test_real_legacy_layout_converts_with_inferred_sdc():
     check_scenarios(scen, SC, init_step=INIT, names=report["scenario_ids"])
     for p in paths:
         raw = read_json_scene(p)
-        assert raw.sdc_inferred in ("is_sdc", "longest_vehicle_track")
+        assert raw.sdc_inferred in ("is_sdc", "moving_full_track")
         assert raw.valid[raw.sdc_index].all()  # a fully valid track where there is one
 
 

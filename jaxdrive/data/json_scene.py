@@ -7,7 +7,7 @@ The format: ``objects`` (per-step ``position`` {x, y, z}, ``heading``, ``velocit
 ``objects_of_interest`` (track ids), ``tracks_to_predict`` ({``track_index``} or ints)).
 Older layouts have no ``metadata`` (nor ``id``, ``height``): when the scene names no SDC
 (no ``sdc_track_index``, or -1), it is chosen by ``raw.infer_sdc`` (an object's
-``is_sdc`` flag, else the vehicle with the most valid steps, lowest index on ties) and
+``is_sdc`` flag, else a vehicle that drives, preferring fully valid tracks) and
 marked as inferred (``RawScene.sdc_inferred``, the manifest's ``sdc_inferred``).
 Headings are radians; a file whose valid headings exceed 2 pi is read as degrees (older
 GPUDrive converters wrote degrees) and says so in the scene's notes.
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdrive.data.raw import RawScene, SceneError, infer_sdc, pack_polylines
+from jaxdrive.data.raw import RawScene, SceneError, infer_sdc, pack_polylines, track_reach
 from jaxdrive.types import ObjectType, RoadType, TrafficLightState
 
 _OBJECT_TYPES = {"unset": ObjectType.UNSET, "vehicle": ObjectType.VEHICLE,
@@ -250,10 +250,12 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
     sdc, of_interest, to_predict = _metadata(data, object_id, source, notes)
     sdc_inferred = None
     if sdc == -1:  # older layouts carry no metadata: choose by the documented rule
-        sdc, sdc_inferred = infer_sdc(valid, obj_type, flagged)
+        sdc, sdc_inferred = infer_sdc(valid, obj_type, flagged, xy)
         if sdc_inferred:
+            reach = float(track_reach(xy[sdc:sdc + 1], valid[sdc:sdc + 1])[0])
             notes.append(f"no sdc_track_index: SDC inferred as objects[{sdc}] "
-                         f"(rule {sdc_inferred})")
+                         f"(rule {sdc_inferred}: {int(valid[sdc].sum())} of "
+                         f"{valid.shape[1]} steps valid, {reach:.1f} m from its start)")
     road_xy, road_start, road_type, road_id = pack_polylines(_roads(roads, source, notes))
     tl_lane, tl_state, tl_valid, tl_stop = _traffic_lights(data.get("tl_states"), t_steps,
                                                            source, notes)

@@ -213,20 +213,43 @@ def _fmt(value) -> str:
     return f"{value:g}"
 
 
-def infer_sdc(valid: np.ndarray, object_type: np.ndarray,
-              flagged: np.ndarray) -> tuple[int, str | None]:
+MOVING_MIN_REACH_M = 2.0  # a track that never gets this far from where it starts is parked
+
+
+def track_reach(xy: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """(N,) float64 metres: how far each track gets from its first valid position (the
+    largest distance over its valid steps; 0 for a track valid at fewer than 2 steps).
+    Unlike a path length it does not grow with a parked car's position noise.
+
+    Args:
+      xy: (N, T, 2) positions.
+      valid: (N, T) bool.
+    """
+    first = np.argmax(valid, axis=1)
+    start = xy[np.arange(xy.shape[0]), first]  # (N, 2)
+    d = np.linalg.norm(xy - start[:, None, :], axis=-1)
+    return np.where(valid, d, 0.0).max(axis=1, initial=0.0)
+
+
+def infer_sdc(valid: np.ndarray, object_type: np.ndarray, flagged: np.ndarray,
+              xy: np.ndarray) -> tuple[int, str | None]:
     """Choose the self-driving car of a scene whose source names none.
 
-    Rule: the first object flagged ``is_sdc``; else the vehicle with the most valid
-    steps (a fully valid track when there is one), ties to the lowest index.
+    Rule: the first object flagged ``is_sdc``; else a vehicle that drives: among the
+    vehicles valid at every step that move (``track_reach`` at least
+    ``MOVING_MIN_REACH_M``), the one that gets farthest (``"moving_full_track"``); else
+    among the moving vehicles, the one with the most valid steps, then the farthest
+    (``"moving_vehicle"``); else (no vehicle moves) the vehicle with the most valid steps
+    (``"longest_vehicle_track"``). Ties go to the lowest index.
 
     Args:
       valid: (N, T) bool.
       object_type: (N,) int32, ``ObjectType``.
       flagged: (N,) bool, the source's per-object SDC flag (all False if absent).
+      xy: (N, T, 2) positions.
     Returns:
-      (index, rule): the object index and ``"is_sdc"`` / ``"longest_vehicle_track"``, or
-      (-1, None) when the scene has no vehicle valid at any step.
+      (index, rule): the object index and the rule's name, or (-1, None) when the scene
+      has no vehicle valid at any step.
     """
     if flagged.any():
         return int(np.flatnonzero(flagged)[0]), "is_sdc"
@@ -236,7 +259,17 @@ def infer_sdc(valid: np.ndarray, object_type: np.ndarray,
     steps = valid[vehicles].sum(axis=1)
     if steps.max() == 0:
         return -1, None
-    return int(vehicles[np.argmax(steps)]), "longest_vehicle_track"  # argmax: first max
+    reach = track_reach(xy[vehicles], valid[vehicles])
+    moving = reach >= MOVING_MIN_REACH_M
+    full = steps == valid.shape[1]
+    # np.argmax and the stable np.lexsort (last key primary) give ties the lowest index.
+    if (moving & full).any():
+        order = np.where(moving & full, reach, -1.0)
+        return int(vehicles[np.argmax(order)]), "moving_full_track"
+    if moving.any():
+        best = np.lexsort((-reach, -np.where(moving, steps, -1)))[0]
+        return int(vehicles[best]), "moving_vehicle"
+    return int(vehicles[np.argmax(steps)]), "longest_vehicle_track"
 
 
 def close_polygon(points: np.ndarray) -> np.ndarray:
