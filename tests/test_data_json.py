@@ -327,6 +327,54 @@ def test_inferred_sdc_is_a_vehicle_that_drives():
     assert raw.sdc_index == 0 and raw.sdc_inferred == "longest_vehicle_track"
 
 
+def _moving(headings, direction, speed=5.0):
+    """A vehicle of the older layout driving at ``speed`` along ``direction`` (rad) with
+    the given per-step ``headings`` as written in the file."""
+    t = len(headings)
+    v = speed * np.array([np.cos(direction), np.sin(direction)])
+    return dict(_track(np.arange(t) * v[0] * 0.1, np.arange(t) * v[1] * 0.1),
+                heading=[float(h) for h in headings],
+                velocity=[{"x": float(v[0]), "y": float(v[1])}] * t)
+
+
+def test_heading_unit_follows_the_direction_of_motion(tmp_path):
+    t = 8
+    # Unwrapped radians beyond 2 pi (driving at 0.3 rad, written as 0.3 + 2 pi): radians,
+    # though the largest heading exceeds 2 pi.
+    raw = scene_from_dict({"objects": [_moving([0.3 + 2 * np.pi] * t, 0.3),
+                                       _moving([-1.0] * t, -1.0)],
+                           "roads": LEGACY_ROADS}, "x.json")
+    np.testing.assert_allclose(raw.yaw[0], 0.3 + 2 * np.pi)
+    np.testing.assert_allclose(raw.yaw[1], -1.0)
+    assert not any("degrees" in n or "disagree" in n for n in raw.notes)
+    # Degrees that never exceed 2 pi (driving at 3 and 5 degrees): degrees.
+    raw = scene_from_dict({"objects": [_moving([3.0] * t, np.deg2rad(3.0)),
+                                       _moving([5.0] * t, np.deg2rad(5.0))],
+                           "roads": LEGACY_ROADS}, "x.json")
+    np.testing.assert_allclose(raw.yaw[0], np.deg2rad(3.0))
+    assert any(n.startswith("headings read as degrees: as degrees they follow") for n in
+               raw.notes)
+    # Headings that follow the motion in neither unit: noted, and a problem of the
+    # converted scene (what `data inspect` prints as its checks).
+    data = {"objects": [_moving([2.0] * t, -1.0), _moving([2.5] * t, 0.6)],
+            "roads": LEGACY_ROADS, "metadata": {"sdc_track_index": 0}}
+    raw = scene_from_dict(data, "x.json")
+    assert any("headings disagree with the direction of motion in either unit" in n
+               for n in raw.notes)
+    from jaxdrive.data.checks import scenario_problems
+
+    path = tmp_path / "disagree.json"
+    path.write_text(json.dumps(data))
+    cfg = ScenarioConfig(max_agents=4, num_steps=t, max_road_points=16, max_lanes=2)
+    scen, _ = load_scenarios([str(path)], cfg, ConvertConfig(init_step=1))
+    problems = scenario_problems(scen, cfg, init_step=1, index=0)
+    # As radians: 2.0 against motion -1.0 and 2.5 against 0.6, errors 3.0 and 1.9 (median
+    # 2.45); as degrees (the smaller, so the reading): 1.035 and 0.556, median 0.80.
+    np.testing.assert_allclose(raw.yaw[:, 0], np.deg2rad([2.0, 2.5]))
+    assert any(p.startswith("headings disagree with the direction of motion (median error "
+                            "0.80 rad over 16 moving steps)") for p in problems), problems
+
+
 def test_no_vehicle_no_sdc():
     data = {"objects": [_legacy_object("pedestrian", [True] * 3)], "roads": LEGACY_ROADS}
     raw = scene_from_dict(data, "x.json")

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from jaxdrive.config import ConfigError
+from jaxdrive.data.raw import HEADING_DISAGREES, heading_motion_error
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import (
     NUM_OBJECT_TYPES,
@@ -27,7 +28,8 @@ def scenario_problems(scenario: Scenario, config: ScenarioConfig, init_step: int
     Checks: leaf shapes match ``config``; exactly one SDC; the SDC is valid at
     ``init_step``; road edges present; every float array finite; flags boolean; box sizes
     > 0 for agents valid at some step; object and road types and traffic-light states in
-    range; lane-centre polyline ids in ``[0, L)`` and marked valid in the lane graph.
+    range; lane-centre polyline ids in ``[0, L)`` and marked valid in the lane graph;
+    headings that follow the direction of motion (``raw.heading_motion_error``).
     """
     def leaf(x):
         x = np.asarray(x)
@@ -54,6 +56,10 @@ def scenario_problems(scenario: Scenario, config: ScenarioConfig, init_step: int
     if not np.any(rg_valid & (rg_type == RoadType.ROAD_EDGE)):
         problems.append("no road-edge points (off-road detection needs them)")
     problems += _value_problems(scenario, leaf)
+    heading = heading_motion_error(leaf(obj.yaw), leaf(obj.vel), leaf(obj.valid))
+    if heading is not None and heading[0] > HEADING_DISAGREES:
+        problems.append(f"headings disagree with the direction of motion (median error "
+                        f"{heading[0]:.2f} rad over {heading[1]} moving steps)")
     valid_agent = leaf(obj.valid).any(axis=-1)
     types = leaf(obj.type)[valid_agent]
     if np.any((types < 0) | (types >= NUM_OBJECT_TYPES)):

@@ -9,8 +9,9 @@ Older layouts have no ``metadata`` (nor ``id``, ``height``): when the scene name
 (no ``sdc_track_index``, or -1), it is chosen by ``raw.infer_sdc`` (an object's
 ``is_sdc`` flag, else a vehicle that drives, preferring fully valid tracks) and
 marked as inferred (``RawScene.sdc_inferred``, the manifest's ``sdc_inferred``).
-Headings are radians; a file whose valid headings exceed 2 pi is read as degrees (older
-GPUDrive converters wrote degrees) and says so in the scene's notes.
+Headings are radians or degrees (older GPUDrive converters wrote degrees): the unit under
+which headings follow the objects' direction of motion (``_headings_in_radians``); a
+degrees reading and headings that follow the motion in neither unit are noted.
 
 Every value is type-checked where it is read: numbers must be JSON numbers (not strings,
 null or lists), flags JSON booleans, indices and ids integers, traffic-light states known
@@ -28,7 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from jaxdrive.data.raw import RawScene, SceneError, infer_sdc, pack_polylines, track_reach
+from jaxdrive.data.raw import (
+    HEADING_DISAGREES,
+    RawScene,
+    SceneError,
+    heading_motion_error,
+    infer_sdc,
+    pack_polylines,
+    track_reach,
+)
 from jaxdrive.types import ObjectType, RoadType, TrafficLightState
 
 _OBJECT_TYPES = {"unset": ObjectType.UNSET, "vehicle": ObjectType.VEHICLE,
@@ -240,12 +249,7 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
         obj_type[i] = _OBJECT_TYPES.get(f["type"], ObjectType.OTHER)
     if unknown_types:
         notes.append(f"object types {sorted(unknown_types)} read as 'other'")
-    if valid.any():
-        vmax = float(np.max(np.abs(yaw[valid])))
-        if vmax > 2 * math.pi + 0.1:
-            yaw = np.deg2rad(yaw)
-            notes.append(f"headings read as degrees (largest |heading| {vmax:.1f} > 2 pi)")
-    yaw = np.where(valid, yaw, 0.0)
+    yaw = np.where(valid, _headings_in_radians(yaw, vel, valid, notes), 0.0)
 
     sdc, of_interest, to_predict = _metadata(data, object_id, source, notes)
     sdc_inferred = None
@@ -268,6 +272,40 @@ def scene_from_dict(data: dict, source: str = "<json>") -> RawScene:
         tl_state=tl_state, tl_valid=tl_valid, tl_stop_xy=tl_stop, sdc_inferred=sdc_inferred,
         notes=notes,
     ).check()
+
+
+def _headings_in_radians(yaw: np.ndarray, vel: np.ndarray, valid: np.ndarray,
+                         notes: list[str]) -> np.ndarray:
+    """(N, T) headings as read -> radians, the unit decided from the data.
+
+    Where objects move (``raw.heading_motion_error``), the unit is the one under which
+    the headings follow the direction of the velocity (the smaller median angle between
+    them): unwrapped radians beyond 2 pi stay radians, degrees below 2 pi are read as
+    degrees. A scene whose headings follow the motion under neither unit
+    (``HEADING_DISAGREES``) is noted. Without motion, headings beyond 2 pi + 0.1 are read
+    as degrees.
+    """
+    as_rad = heading_motion_error(yaw, vel, valid)
+    if as_rad is not None:
+        err_rad, moving = as_rad
+        err_deg, _ = heading_motion_error(np.deg2rad(yaw), vel, valid)
+        degrees = err_deg < err_rad
+        if degrees:
+            notes.append(f"headings read as degrees: as degrees they follow the direction "
+                         f"of motion (median error {err_deg:.3f} rad over {moving} moving "
+                         f"steps), as radians they do not ({err_rad:.3f} rad)")
+        if min(err_rad, err_deg) > HEADING_DISAGREES:
+            notes.append(f"headings disagree with the direction of motion in either unit "
+                         f"(median error {min(err_rad, err_deg):.3f} rad over {moving} "
+                         "moving steps)")
+        return np.deg2rad(yaw) if degrees else yaw
+    if valid.any():
+        vmax = float(np.max(np.abs(yaw[valid])))
+        if vmax > 2 * math.pi + 0.1:
+            notes.append(f"headings read as degrees (no moving object to decide by; largest "
+                         f"|heading| {vmax:.1f} > 2 pi)")
+            return np.deg2rad(yaw)
+    return yaw
 
 
 def _metadata(data: dict, object_id: np.ndarray, source: str, notes: list[str]):

@@ -213,6 +213,33 @@ def _fmt(value) -> str:
     return f"{value:g}"
 
 
+MOVING_SPEED = 2.0  # m/s: faster than this, a vehicle's heading is its direction of motion
+MIN_MOVING_STEPS = 5  # fewer moving object-steps than this say nothing about headings
+HEADING_DISAGREES = 0.5  # rad: a median heading error beyond this is a problem
+
+
+def heading_motion_error(yaw: np.ndarray, vel: np.ndarray,
+                         valid: np.ndarray) -> tuple[float, int] | None:
+    """Median angle (rad, in [0, pi]) between the heading and the direction of the
+    velocity over the valid steps faster than ``MOVING_SPEED``, and how many there are;
+    None when fewer than ``MIN_MOVING_STEPS``.
+
+    Args:
+      yaw: (..., T) headings, radians.
+      vel: (..., T, 2) velocities.
+      valid: (..., T) bool.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # unchecked input: inf, NaN
+        speed = np.linalg.norm(vel, axis=-1)
+        moving = valid & np.isfinite(speed) & np.isfinite(yaw) & (speed > MOVING_SPEED)
+    n = int(moving.sum())
+    if n < MIN_MOVING_STEPS:
+        return None
+    motion = np.arctan2(vel[..., 1], vel[..., 0])[moving]
+    error = np.abs(np.angle(np.exp(1j * (yaw[moving] - motion))))
+    return float(np.median(error)), n
+
+
 MOVING_MIN_REACH_M = 2.0  # a track that never gets this far from where it starts is parked
 
 
@@ -227,8 +254,9 @@ def track_reach(xy: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """
     first = np.argmax(valid, axis=1)
     start = xy[np.arange(xy.shape[0]), first]  # (N, 2)
-    d = np.linalg.norm(xy - start[:, None, :], axis=-1)
-    return np.where(valid, d, 0.0).max(axis=1, initial=0.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # unchecked input: inf, NaN
+        d = np.linalg.norm(xy - start[:, None, :], axis=-1)
+    return np.where(valid & np.isfinite(d), d, 0.0).max(axis=1, initial=0.0)
 
 
 def infer_sdc(valid: np.ndarray, object_type: np.ndarray, flagged: np.ndarray,
