@@ -462,6 +462,36 @@ def test_log_replay_scores_highest():
         assert replay[name] == pytest.approx(near_one, rel=1e-6)
 
 
+def _without(tr: wosac.Trajectories, k: int) -> wosac.Trajectories:
+    """``tr`` with object ``k`` invalid at every step."""
+    valid = np.array(tr.valid)
+    valid[..., k, :] = False
+    return wosac.Trajectories(xy=tr.xy, yaw=tr.yaw, valid=jnp.asarray(valid))
+
+
+def test_a_track_that_appears_later_is_no_obstacle():
+    """Waymo's convention: the obstacles are the objects valid at the current step
+    (INIT - 1). Object 2 appears at step 3: it is nobody's nearest object, collision or
+    leader, so every score equals that of the scene without it (it is not scored)."""
+    log = _log_scene()
+    assert not bool(log.valid[2, :3].any()) and bool(log.valid[2, 3:].all())
+    # It is near: the nearest object of object 0 or 1 at some steps (the other lane).
+    obstacles = jnp.array([True, True, False])
+    d_all = np.asarray(nearest_jit(log.xy, log.yaw, log.valid, LENGTH, WIDTH))
+    d_obst = np.asarray(nearest_jit(log.xy, log.yaw, log.valid, LENGTH, WIDTH,
+                                    obstacles=obstacles))
+    d_two = np.asarray(nearest_jit(log.xy[:2], log.yaw[:2], log.valid[:2], LENGTH[:2],
+                                   WIDTH[:2]))
+    assert np.any(d_all[:2] < d_obst[:2] - 0.1)  # object 2 was someone's nearest
+    np.testing.assert_array_equal(d_obst[:2], d_two)
+    sim = _noisy(log, 7, 0.3)
+    with_late = _scores(sim, log)
+    without = _scores(_without(sim, 2), _without(log, 2))
+    assert with_late.keys() == without.keys()
+    for k in with_late:
+        np.testing.assert_allclose(with_late[k], without[k], rtol=1e-6, atol=1e-7, err_msg=k)
+
+
 def test_one_collision_lowers_exactly_the_collision_term():
     log = _log_scene()
     log_f = features_jit(log, LENGTH, WIDTH, road_grid(), ROAD)

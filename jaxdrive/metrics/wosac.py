@@ -401,16 +401,20 @@ def _pairs(x: jax.Array, feature_axes: int):
     return jnp.expand_dims(x, axis + 1), jnp.expand_dims(x, axis)
 
 
-def _pair_mask(valid: jax.Array) -> jax.Array:
-    """(..., A, T) -> (..., A, A, T): both valid and not the same object."""
+def _pair_mask(valid: jax.Array, obstacles: jax.Array | None = None) -> jax.Array:
+    """(..., A, T) -> (..., A, A, T): both valid, not the same object, and the other one
+    an obstacle (``obstacles``: (A,) bool; None: every object)."""
     ego, other = _pairs(valid, 0)
     a = valid.shape[-2]
-    return ego & other & ~jnp.eye(a, dtype=bool)[:, :, None]
+    mask = ego & other & ~jnp.eye(a, dtype=bool)[:, :, None]
+    if obstacles is not None:
+        mask = mask & obstacles[None, :, None]
+    return mask
 
 
 def distance_to_nearest_object(
     xy: jax.Array, yaw: jax.Array, valid: jax.Array, length: jax.Array, width: jax.Array,
-    corner_rounding: float = CORNER_ROUNDING,
+    corner_rounding: float = CORNER_ROUNDING, obstacles: jax.Array | None = None,
 ) -> jax.Array:
     """Signed distance to the nearest other valid object, boxes with rounded corners.
 
@@ -422,6 +426,7 @@ def distance_to_nearest_object(
     Args:
       xy: (..., A, T, 2); yaw, valid: (..., A, T); length, width: (A,).
       corner_rounding: in [0, 1] (static).
+      obstacles: optional (A,) bool, the objects others can be near (None: all).
     Returns:
       (..., A, T) float32, metres (< 0: overlapping); ``FAR_DISTANCE`` where no other
       object is valid.
@@ -434,13 +439,13 @@ def distance_to_nearest_object(
     wid_e, wid_o = _pairs(size(width - 2 * radius), 0)
     r_e, r_o = _pairs(size(radius), 0)
     d = box_signed_distance(xy_e, yaw_e, len_e, wid_e, xy_o, yaw_o, len_o, wid_o) - r_e - r_o
-    d = jnp.where(_pair_mask(valid), d, FAR_DISTANCE)
+    d = jnp.where(_pair_mask(valid, obstacles), d, FAR_DISTANCE)
     return jnp.min(d, axis=-2)
 
 
 def time_to_collision(
     xy: jax.Array, yaw: jax.Array, valid: jax.Array, length: jax.Array, width: jax.Array,
-    speed: jax.Array, speed_valid: jax.Array,
+    speed: jax.Array, speed_valid: jax.Array, obstacles: jax.Array | None = None,
 ) -> jax.Array:
     """Time until each object reaches the object it follows, at constant speeds.
 
@@ -451,6 +456,7 @@ def time_to_collision(
     Args:
       xy: (..., A, T, 2); yaw, valid: (..., A, T); length, width: (A,);
       speed, speed_valid: (..., A, T) from ``kinematic_features``.
+      obstacles: optional (A,) bool, the objects others can follow (None: all).
     Returns:
       (..., A, T) float32 seconds in [0, ``TTC_MAX``].
     """
@@ -471,7 +477,7 @@ def time_to_collision(
     following = (
         (gap > 0) & (yaw_diff <= TTC_MAX_HEADING_DIFF) & (lat_overlap < 0)
         & ((lat_overlap < -TTC_SMALL_OVERLAP) | (yaw_diff <= TTC_MAX_HEADING_DIFF_SMALL_OVERLAP))
-        & _pair_mask(valid)
+        & _pair_mask(valid, obstacles)
     )
     gap = jnp.where(following, gap, FAR_DISTANCE)
     ahead = jnp.argmin(gap, axis=-2)  # (..., A, T)
@@ -549,6 +555,7 @@ def red_light_crossings(
 def compute_features(
     traj: Trajectories, length: jax.Array, width: jax.Array, index: RoadIndex,
     roadgraph: Roadgraph, red_light: jax.Array | None = None, dt: float = STEP_SECONDS,
+    obstacles: jax.Array | None = None,
 ) -> Features:
     """All WOSAC features of a set of trajectories (logged or simulated).
 
@@ -559,14 +566,16 @@ def compute_features(
       red_light: optional (..., A, T) bool, the object crossed a red light's stop line at
         that step (provided by the simulator; all False when None).
       dt: seconds per step.
+      obstacles: optional (A,) bool, the objects that count in the interaction features
+        (nearest object, collisions, time to collision); None: every object.
     Returns:
       ``Features`` with fields (..., A, T).
     """
     xy, yaw, valid = traj.xy, traj.yaw, traj.valid
     speed, accel, ang_speed, ang_accel, speed_valid, accel_valid = kinematic_features(
         xy, yaw, valid, dt)
-    dist = distance_to_nearest_object(xy, yaw, valid, length, width)
-    ttc = time_to_collision(xy, yaw, valid, length, width, speed, speed_valid)
+    dist = distance_to_nearest_object(xy, yaw, valid, length, width, obstacles=obstacles)
+    ttc = time_to_collision(xy, yaw, valid, length, width, speed, speed_valid, obstacles)
     edge = distance_to_road_edge(index, roadgraph, xy, yaw, length, width)
     red = jnp.zeros(valid.shape, bool) if red_light is None else red_light.astype(bool)
     return Features(
@@ -738,7 +747,10 @@ def realism_scores(
       index, roadgraph: the scenario's road index and roadgraph.
       sim_red_light, log_red_light: optional (R, A, T) / (A, T) bool red-light crossings.
       config: feature configuration (default the 2025 challenge's).
-      init_steps: context steps at the start, not scored.
+      init_steps: context steps at the start, not scored. With ``init_steps > 0`` the
+        obstacles of the interaction features are the objects valid in the log at the
+        current step ``init_steps - 1``, as in Waymo's package: a track that appears
+        later is nobody's obstacle.
       dt: seconds per step.
       rollout_batch: rollouts whose features are computed at once (``lax.map`` batch
         size; None: all R). The pairwise terms hold (R, A, A, T) arrays, ~1.5 GB per
@@ -755,12 +767,14 @@ def realism_scores(
         if log_red_light is None:
             log_red_light = red_light_crossings(log.xy, log.yaw, log.valid, traffic_lights,
                                                 roadgraph)
+    obstacles = log.valid[..., init_steps - 1] if init_steps > 0 else None
     with jax.named_scope("wosac_features"):
         sim_f = jax.lax.map(
             lambda args: compute_features(args[0], length, width, index, roadgraph,
-                                          args[1], dt),
+                                          args[1], dt, obstacles),
             (sim, sim_red_light), batch_size=rollout_batch)
-        log_f = compute_features(log, length, width, index, roadgraph, log_red_light, dt)
+        log_f = compute_features(log, length, width, index, roadgraph, log_red_light, dt,
+                                 obstacles)
     out = scores_from_features(sim_f, log_f, evaluated, config, init_steps)
     out["ade"], out["min_ade"] = displacement_errors(sim, log, evaluated, init_steps)
     return out
