@@ -375,6 +375,29 @@ def test_heading_unit_follows_the_direction_of_motion(tmp_path):
                             "0.80 rad over 16 moving steps)") for p in problems), problems
 
 
+def test_slots_keep_the_objects_present_at_the_start():
+    """More tracks than slots: the SDC, then the objects valid at init_step (nearest
+    first), and only then the ones that appear later, although those are nearer."""
+    from jaxdrive.data.convert import convert_scene
+
+    t = 6
+    present = [_track(np.full(t, x), np.zeros(t)) for x in (0.0, 30.0, 40.0, 50.0)]
+    late = [_track(np.full(t, x), np.zeros(t), [False, False] + [True] * (t - 2))
+            for x in (5.0, 10.0, 15.0)]
+    data = {"objects": present[:2] + late + present[2:], "roads": LEGACY_ROADS,
+            "metadata": {"sdc_track_index": 0}}
+    raw = scene_from_dict(data, "x.json")
+    # Object order in the file: SDC (x 0), x 30, late x 5, 10, 15, x 40, x 50.
+    for slots, kept_x, present_dropped in ((4, [0, 30, 40, 50], 0), (3, [0, 30, 40], 1),
+                                           (6, [0, 30, 40, 50, 5, 10], 0)):
+        cfg = ScenarioConfig(max_agents=slots, num_steps=t, max_road_points=16, max_lanes=2)
+        arrays, info = convert_scene(raw, cfg, ConvertConfig(init_step=1))
+        x = arrays["objects.xy"][:, -1, 0]  # relative to the SDC at x 0
+        np.testing.assert_allclose(x, kept_x)
+        assert info["truncated_agents"] == 7 - slots
+        assert info["truncated_present_agents"] == present_dropped
+
+
 def test_no_vehicle_no_sdc():
     data = {"objects": [_legacy_object("pedestrian", [True] * 3)], "roads": LEGACY_ROADS}
     raw = scene_from_dict(data, "x.json")

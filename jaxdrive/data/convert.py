@@ -7,8 +7,11 @@ Conventions of a converted scene:
   coordinates would lose centimetres in float32). The origin is kept in the metadata.
 - Agents: objects never valid in the kept steps are dropped (``dropped_invalid_agents``).
   When more remain than ``max_agents``, slots go, in order, to the SDC, objects of
-  interest, tracks to predict, then the rest by distance to the SDC (at ``init_step``,
-  or at the object's first valid step), ties by original index. The SDC is slot 0.
+  interest, tracks to predict, the other objects present at ``init_step`` (nearest to
+  the SDC first), then the objects that appear later or left before (by distance at
+  their first valid step), ties by original index: the scene as it was at the start
+  stays whole. The SDC is slot 0. ``truncated_agents`` counts what was dropped,
+  ``truncated_present_agents`` the dropped ones that were present at ``init_step``.
 - Goals: each agent's final valid logged position.
 - Time: the first ``num_steps`` logged steps; shorter logs are padded as invalid.
 - Road points: lanes first (polyline ids ``0..L-1``, the nearest ``max_lanes`` lanes if
@@ -51,7 +54,7 @@ REPORT_COUNTS = (
     "truncated_agents", "dropped_invalid_agents", "truncated_road_points",
     "simplified_road_points", "dropped_polylines", "truncated_lanes",
     "truncated_lane_successors", "dropped_lane_links", "truncated_traffic_lights",
-    "truncated_steps", "padded_steps", "inferred_sdc",
+    "truncated_steps", "padded_steps", "inferred_sdc", "truncated_present_agents",
 )
 
 
@@ -175,7 +178,8 @@ def convert_scene(
     ref_t = np.where(valid[:, t0], t0, first)
     n = raw.num_objects
     dist = np.linalg.norm(raw.xy[np.arange(n), ref_t] - origin, axis=-1)
-    priority = np.full(n, 3)
+    at_start = raw.valid[:, t0]  # the SDC check above: t0 is a logged step
+    priority = np.where(at_start, 3, 4)
     priority[raw.to_predict] = 2
     priority[raw.of_interest] = 1
     priority[sdc] = 0
@@ -183,6 +187,7 @@ def convert_scene(
     order = cand[np.lexsort((cand, dist[cand], priority[cand]))]
     keep = order[:A]
     report["truncated_agents"] = int(len(order) - len(keep))
+    report["truncated_present_agents"] = int(at_start[order[A:]].sum())
     k = len(keep)
 
     out: dict[str, np.ndarray] = {}
