@@ -518,7 +518,7 @@ def _main_train(args, argv) -> int:
     records = []
     for kind, config in configs.items():
         print(f"jaxdrive bench train: {kind}, backend {jax.default_backend()}, "
-              f"{config.train.num_envs} envs x {_rows_words(config.env)} x "
+              f"{config.train.num_envs} envs x {config.env.describe_rows()} x "
               f"{config.train.rollout_steps} steps per iteration, median of {args.repeats}"
               + ("" if mesh is None else f", data mesh over {mesh.size} device(s)"),
               flush=True)
@@ -612,10 +612,3 @@ def _main_eval(args, argv) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def _rows_words(env_config) -> str:
-    """'16 agent rows (128 object slots)' with packed rows, else '128 slots'."""
-    slots = env_config.scenario.max_agents
-    if env_config.max_controlled is None:
-        return f"{slots} slots"
-    return f"{env_config.max_controlled} agent rows ({slots} object slots)"

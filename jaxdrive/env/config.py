@@ -128,6 +128,14 @@ class EnvConfig(ConfigBase):
                 "road_per_cell or lower num_road."
             )
 
+    def describe_rows(self) -> str:
+        """The agent rows per env in words: '16 agent rows (128 object slots)' with packed
+        rows (``max_controlled``), else '128 agent slots'."""
+        slots = self.scenario.max_agents
+        if self.max_controlled is None:
+            return f"{slots} agent slots"
+        return f"{self.max_controlled} agent rows ({slots} object slots)"
+
     @property
     def num_rows(self) -> int:
         """C: agent rows per environment (``max_controlled``, else ``scenario.max_agents``)."""

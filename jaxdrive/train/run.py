@@ -548,11 +548,8 @@ class _Run:
         t = self.config.train
         scenes = (f"{t.num_scenes} procedural training scenes" if self.scenes is None
                   else self.scenes.describe())
-        env = self.env.config
-        rows = (f"{self.ppo.num_agents} agent slots" if env.max_controlled is None else
-                f"{self.ppo.num_agents} agent rows ({env.scenario.max_agents} object slots)")
         self.log(f"jaxdrive.train: {scenes}, {t.num_envs} envs x "
-                 f"{rows}, policy {self.config.policy.kind} "
+                 f"{self.env.config.describe_rows()}, policy {self.config.policy.kind} "
                  f"({param_count(self.state.params):,} params), {self.n_it} iterations of "
                  f"{self.per_it:,} agent-steps, backend {jax.default_backend()}; setup "
                  f"{time.perf_counter() - self.t0:.1f} s")
