@@ -48,8 +48,10 @@ import numpy as np
 
 from jaxdrive import geometry
 from jaxdrive.agents.controllers import log_replay
+from jaxdrive.config import ConfigError
 from jaxdrive.data import load_scenarios
 from jaxdrive.data.convert import ConvertConfig, real_data_config
+from jaxdrive.data.shards import is_shard_dir, manifest_scenario_config, read_manifest
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.scenarios import road_index
 from jaxdrive.scenarios.parked import PARKED_MAX_EXTENT, PARKED_MAX_SPEED, parked_vehicles
@@ -280,7 +282,19 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.perf_counter()
     sc = real_data_config()
-    scen, report = load_scenarios(dirs, sc, ConvertConfig(init_step=args.init_step))
+    # Converted caches keep the sizes they were written with (e.g. more road points with
+    # a finer --road-spacing); load at the largest of theirs and the real-data sizes.
+    for d in dirs:
+        if is_shard_dir(d):
+            stored = manifest_scenario_config(read_manifest(d))
+            sc = sc.replace(**{f: max(getattr(sc, f), getattr(stored, f))
+                               for f in ("max_agents", "max_road_points", "max_lanes",
+                                         "max_traffic_lights", "max_lane_successors")})
+    try:
+        scen, report = load_scenarios(dirs, sc, ConvertConfig(init_step=args.init_step))
+    except ConfigError as e:
+        print(f"cannot load {', '.join(dirs)}: {e}", file=sys.stderr)
+        return 2
     n = report["num_scenarios"]
     names = [os.path.basename(s.split("#")[0]) for s in report["sources"]]
     inferred = [r.get("sdc_inferred") for r in report["scenarios"]]

@@ -231,6 +231,10 @@ def test_a_policy_evaluates_on_real_scenes_as_on_procedural_ones(setup):
     assert sorted(e["scenario_id"] for e in r.episodes) == list(range(len(files)))
     assert r.metrics["agent_episodes"] == len(files)
     assert all(e["end_step"] >= 1 for e in r.episodes)
+    # Results name the scenes by their own (WOMD) ids, as the files write them.
+    womd = [json.load(open(f))["scenario_id"] for f in files]
+    assert r.per_scenario["scenario_name"] == womd
+    assert all(e["scenario_name"] == womd[e["scenario_id"]] for e in r.episodes)
 
 
 def test_behavior_class_plays_the_sampled_scenarios_of_each_class(setup, tmp_path):
@@ -260,6 +264,8 @@ def test_behavior_class_plays_the_sampled_scenarios_of_each_class(setup, tmp_pat
     assert [r.name for r in result.results] == ["bc/hard", "bc/easy"]
     assert [e["scenario_id"] for e in result["bc/hard"].episodes] == [1, 3]
     assert [e["scenario_id"] for e in result["bc/easy"].episodes] == [0, 4]
+    assert result["bc/hard"].per_scenario["scenario_name"] == [ids[1], ids[3]]
+    assert [e["scenario_name"] for e in result["bc/easy"].episodes] == [ids[0], ids[4]]
     assert all(r.status == "ok" for r in result.results)
 
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdrive.agents.controllers import constant_velocity, lane_follow
+from jaxdrive.agents.controllers import lane_follow, straight_on
 from jaxdrive.env import Env
 from jaxdrive.env.observation import observe
 from jaxdrive.env.rewards import RewardConfig
@@ -93,7 +93,7 @@ def drive(task):
     ``move = (xy, d)`` first puts the ego at ``xy`` at 5 m/s along unit ``d`` (one
     compile for every call: ``move`` is always given, ``None`` picks a no-op)."""
     env = task["hidden"]
-    act = constant_velocity(env)
+    act = straight_on(env)
 
     @jax.jit
     def run(params, sid, xy, d, teleport):

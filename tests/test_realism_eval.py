@@ -7,6 +7,7 @@ import json
 
 import eval_family
 import jax
+import numpy as np
 import pytest
 from policy_inputs import perturb, random_obs
 
@@ -103,6 +104,23 @@ def test_controlled_mode_constant_velocity_actor(setup):
     assert 0.0 <= res.metrics["meta_metric"] <= 1.0
     # Only the SDC is driven and scored.
     assert set(res.per_scenario["evaluated_objects"]) == {1.0}
+    # The challenge's constant-velocity agent: the SDC straight on at its logged velocity
+    # vector of init_step, whatever the env's dynamics; its displacement from the log,
+    # computed here in numpy, is every rollout's (all rollouts are the same).
+    s = ev._setup
+    objects = jax.device_get(s["env_params"].pool.scenarios.objects)
+    init, dt, steps = ENV["init_step"], s["env"].config.dynamics.dt, s["steps"]
+    want = []
+    for sid in res.per_scenario["scenario_id"]:
+        a = int(np.flatnonzero(objects.is_sdc[sid])[0])
+        k = np.arange(1, steps + 1, dtype=np.float64)[:, None] * dt
+        path = objects.xy[sid, a, init] + objects.vel[sid, a, init] * k
+        logged = objects.xy[sid, a, init + 1:init + 1 + steps]
+        ok = objects.valid[sid, a, init + 1:init + 1 + steps]
+        want.append(np.linalg.norm(path - logged, axis=-1)[ok].mean())
+    np.testing.assert_allclose(res.per_scenario["ade"], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(res.per_scenario["min_ade"], want, rtol=1e-4, atol=1e-4)
+    assert max(want) > 1.0  # some procedural SDCs turn or brake: not a vacuous match
 
 
 @pytest.mark.slow

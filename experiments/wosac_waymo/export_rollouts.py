@@ -84,10 +84,19 @@ def main() -> None:
     log = wosac.Trajectories(xy=obj.xy[:, :t], yaw=obj.yaw[:, :t], valid=obj.valid[:, :t])
     lights = one.scenarios.traffic_lights
     lights = lights.replace(state=lights.state[:, :t], valid=lights.valid[:, :t])
-    score = jax.jit(lambda sim: wosac.realism_scores(
-        sim, log, obj.length, obj.width, jnp.asarray(evaluated), one.road_index,
-        one.scenarios.roadgraph, init_steps=INIT + 1, dt=0.1, rollout_batch=8,
-        traffic_lights=lights))
+    if not at_init.sum() or report["totals"].get("truncated_present_agents", 0):
+        raise SystemExit(f"{args.scene}: {report['totals'].get('truncated_present_agents')} "
+                         "objects valid at step 10 did not fit the object slots; Waymo's "
+                         "package simulates every one of them (raise max_agents in "
+                         "real_data_config).")
+    # The scene as arguments, not constants: constants of this size take XLA minutes to fold.
+    scene = (log, obj.length, obj.width, jnp.asarray(evaluated), one.road_index,
+             one.scenarios.roadgraph, lights)
+    run = jax.jit(lambda sim, log, length, width, evaluated, index, roadgraph, lights:
+                  wosac.realism_scores(sim, log, length, width, evaluated, index, roadgraph,
+                                       init_steps=INIT + 1, dt=0.1, rollout_batch=8,
+                                       traffic_lights=lights))
+    score = lambda sim: run(sim, *scene)  # noqa: E731
     out = {"origin": np.asarray(report["origins"][0]), "evaluated": evaluated,
            "simulated": at_init, "scenario_id": np.str_(report["scenario_ids"][0]),
            "log_xy": np.asarray(obj.xy[:, :t]), "length": np.asarray(obj.length)}

@@ -1,4 +1,4 @@
-"""Built-in controllers (no learning): lane following, log replay, random.
+"""Built-in controllers (no learning): lane following, log replay, straight on, random.
 
 A controller is a pure function ``(params, state, timestep, key) -> action`` for one
 environment, with the action in the env's action space; vmap it with the env.
@@ -39,10 +39,12 @@ def _to_env_action(
     return _nearest_grid_action(env, cont)
 
 
-def constant_velocity(env: Env):
+def straight_on(env: Env):
     """Controller ``(params, state, timestep, key) -> action`` of one env: zero
-    acceleration and zero curvature at the current speed (straight on at constant speed;
-    the nearest grid action in a discrete action space). A realism baseline."""
+    acceleration and zero curvature at the current speed (straight on at constant speed
+    through the env's dynamics; the nearest grid action in a discrete action space). Not
+    the challenge's constant-velocity agent, which extrapolates the logged velocity
+    vector without dynamics: ``jaxdrive.metrics.references.constant_velocity``."""
 
     def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
         del params, timestep, key

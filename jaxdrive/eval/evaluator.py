@@ -282,6 +282,9 @@ class Evaluator:
         self._setup: dict | None = None
         self._setup_key = None
         self._partners: list | None = None  # frozen co-player policies, loaded once
+        # The scenario ids (WOMD ids) of the scenes last loaded from files, by pool index;
+        # None for procedural scenes.
+        self._scene_names: list[str] | None = None
 
     # ------------------------------------------------------------ resolution
     @classmethod
@@ -312,25 +315,34 @@ class Evaluator:
         return self.spec.env
 
     def load_scenarios(self, env_config: EnvConfig) -> Scenario:
-        """The evaluator's scenario set (batched, leading axis N)."""
+        """The evaluator's scenario set (batched, leading axis N); scenes from files also
+        set their scenario ids (``_scene_names``)."""
+        self._scene_names = None
         if self.spec.scenarios:
             from jaxdrive.data import load_scenarios
 
-            scenes, _ = load_scenarios(list(self.spec.scenarios), env_config.scenario)
+            scenes, report = load_scenarios(list(self.spec.scenarios), env_config.scenario)
+            self._scene_names = list(report["scenario_ids"])
             return jax.tree.map(jnp.asarray, scenes)
         return generate_batch(jax.random.key(self.spec.seed), self.spec.num_scenarios,
                               self.spec.procedural, env_config.scenario)
 
     def _pool(self, env_config: EnvConfig, pools: PoolCache | None):
         """The scenario pool, shared through ``pools`` with other evaluators of the same
-        scenes."""
-        build = lambda: make_pool(self.load_scenarios(env_config), env_config.road_index)
+        scenes (with the scenes' ids, ``_scene_names``)."""
+
+        def build():
+            pool = make_pool(self.load_scenarios(env_config), env_config.road_index)
+            return pool, self._scene_names
+
         if pools is None or type(self).load_scenarios is not Evaluator.load_scenarios:
             # A subclass choosing its own scenes (with side effects) builds its own.
-            return build()
+            pool, self._scene_names = build()
+            return pool
         key = (self.spec.scenarios, self.spec.procedural, self.spec.seed,
                self.spec.num_scenarios, env_config.scenario, env_config.road_index)
-        return pools.get(key, build)
+        pool, self._scene_names = pools.get(key, build)
+        return pool
 
     def scenario_ids(self, num_available: int) -> np.ndarray:
         """Pool indices to play, each once (default: the first ``num_scenarios``)."""
@@ -428,6 +440,7 @@ class Evaluator:
         # Compiled once, at the first batch (ahead of time: its compile time is measured).
         compiled: dict = {}
         self._setup = dict(env=env, env_params=env_params, ids=ids, batch=batch,
+                           pool_names=self._scene_names,
                            rows=rows, replicated=replicated, runs=runs, compiled=compiled,
                            steps=steps, local_env_params=local_env_params, keep=keep,
                            rendered=np.zeros((0,), np.int64), kept={})
@@ -574,6 +587,9 @@ class Evaluator:
         rollouts = self.num_rollouts() if rollouts is None else rollouts
         result.metrics, result.per_scenario = self.aggregate(rows, extras)
         result.per_scenario["scenario_id"] = [int(i) for i in ids] * rollouts
+        names = self._setup.get("pool_names")
+        if names is not None:  # scenes from files: their own (WOMD) scenario ids
+            result.per_scenario["scenario_name"] = [names[int(i)] for i in ids] * rollouts
         if rollouts > 1:
             result.per_scenario["rollout"] = [r for r in range(rollouts) for _ in ids]
 
@@ -597,6 +613,7 @@ class Evaluator:
                 actors[name].append({"index": i, "rows": encode_tree(rows),
                                      "extra": encode_tree(extra)})
         result.shard = {"ids": [int(i) for i in s["ids"]], "batch": batch,
+                        "names": s.get("pool_names"),
                         "rollouts": self.num_rollouts(), "num_batches": nb * self.num_rollouts(),
                         "indices": list(indices), "actors": actors}
 
@@ -612,6 +629,7 @@ class Evaluator:
         per_rollout = len(self._setup["ids"])
         counts = [m.count for m in episode_metrics(self._setup["env"].metrics)]
         trial_mode = self._setup["env"].trial_mode
+        names = self._setup.get("pool_names")
         pending = []
         for n in range(len(rows["scenario_id"])):
             j = n if positions is None else int(positions[n])
@@ -621,6 +639,8 @@ class Evaluator:
                 py = {f: _python(v) for f, v in span.items()}
                 head = {"actor": actor_name, "rollout": r, "env_index": k % batch,
                         "batch": k // batch, "scenario_id": py["scenario_id"],
+                        **({} if names is None else
+                           {"scenario_name": names[py["scenario_id"]]}),
                         "start_step": py["start_step"], "end_step": py["end_step"]}
                 rec = {**head, "outcome": outcome(py), "ego_agents": py["ego_agents"],
                        **{c: py[c] for c in counts}, "return": py["return_sum"]}

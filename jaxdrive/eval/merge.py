@@ -121,7 +121,7 @@ def _merge_evaluator(name: str, docs: list[tuple[str, dict]], resolved, given=No
                              f"of {total}; the shards do not cover the run.")
     ev = given if given is not None else _rebuild(name, resolved)
     ev._setup = {"env": Env(ev.env_config()), "ids": np.asarray(first["shard"]["ids"], np.int32),
-                 "batch": first["shard"]["batch"]}
+                 "batch": first["shard"]["batch"], "pool_names": first["shard"].get("names")}
     ev.finish(result, {a: [got[i] for i in range(total)] for a, got in batches.items()},
               rollouts=first["shard"]["rollouts"])
     return result

@@ -31,15 +31,21 @@ An object's recorded state after its episode ended early (every controlled agent
 is held at its last counted step (the env auto-resets, those steps are not counted).
 
 Actors (``actors``): ``policy`` (the checkpoint's policy, sampling unless
-``deterministic``), ``log_replay`` (the challenge's log-replay oracle: the logged future
-itself as every rollout; it scores each feature's highest likelihood, an upper bound),
+``deterministic``); the challenge's two reference agents, computed from the log
+(``jaxdrive.metrics.references``): ``log_replay`` (the logged oracle: the logged future
+as every rollout, each object held at its last valid state across gaps in its log; it
+scores each feature's highest likelihood, an upper bound) and ``constant_velocity``
+(each object straight on at the velocity vector logged at ``init_step``, heading held);
 ``log_follow`` (the log-replay controller: the log as followed through the env's
-dynamics and action grid; what the dynamics alone lose), ``constant_velocity`` (zero
-acceleration and curvature: straight on at the initial speed, the challenge's simplest
-baseline) and ``random`` (uniform random actions; a lower reference). The first
-actor's metrics are reported plainly, the others' under ``ACTOR/``. ``log_replay``
-still plays its rollouts (with the log-replay controller, so that every actor's batch
-has one shape) but scores the log in their place.
+dynamics and action grid; what the dynamics alone lose), ``straight_on`` (zero
+acceleration and curvature through the env's dynamics and action grid at the initial
+speed, stopping as the env's goal behaviour says) and ``random`` (uniform random
+actions; a lower reference). The first actor's metrics are reported plainly, the others'
+under ``ACTOR/``. The reference agents replace the objects the actor would drive (those
+valid at ``init_step``; with ``simulate: controlled`` those among them the env
+controls); every other object follows its log. They still play rollouts (with the
+``straight_on`` controller, so that every actor's batch has one shape) and score the
+references in their place.
 """
 
 from __future__ import annotations
@@ -59,10 +65,12 @@ from jaxdrive.env.config import OBJECT_TYPE_NAMES
 from jaxdrive.eval.evaluator import EvalResult, Evaluator
 from jaxdrive.eval.rollout import make_episode_rollout
 from jaxdrive.eval.spec import EvaluatorConfig, as_written
-from jaxdrive.metrics import wosac
+from jaxdrive.metrics import references, wosac
 
 SIMULATE = ("all", "controlled")
-ACTORS = ("policy", "log_replay", "log_follow", "constant_velocity", "random")
+ACTORS = ("policy", "log_replay", "log_follow", "constant_velocity", "straight_on", "random")
+# Actors whose rollouts are computed from the log (the challenge's reference agents).
+REFERENCES = ("log_replay", "constant_velocity")
 
 # Scalar outputs of ``realism_scores`` kept, and the names they are reported under.
 _REPORTED = {"metametric": "meta_metric", "kinematic": "kinematic",
@@ -85,8 +93,8 @@ class RealismConfig(EvaluatorConfig):
       simulate: ``all`` (every valid object driven by the actor, as in the challenge)
         or ``controlled`` (the env's controlled objects; the others replay the log).
       actors: who drives: any of ``policy``, ``log_replay``, ``log_follow``,
-        ``constant_velocity``, ``random`` (first reported plainly, the others under
-        ``ACTOR/``).
+        ``constant_velocity``, ``straight_on``, ``random`` (first reported plainly, the
+        others under ``ACTOR/``; see the module doc).
       rollout_batch: rollouts whose WOSAC features are computed at once (memory bound;
         ``jaxdrive.metrics.wosac.realism_scores``).
     """
@@ -139,12 +147,13 @@ class Realism(Evaluator):
         groups = max(1, min(self.spec.batch_size, len(s["ids"]) // r))
         unit = r * d // math.gcd(r, d)  # whole groups, whole devices
         s["batch"] = -(-groups * r // unit) * unit
-        if "log_replay" in s["runs"]:  # scores the log itself in place of its rollouts
-            env = s["env"]
-            hook, reduce = self.step_hook(env, score_log=True)
-            actor = self.actors(env, policy)["log_replay"]
-            s["runs"]["log_replay"] = jax.jit(make_episode_rollout(
-                env, actor, s["steps"], hook, reduce, should_stop=self.should_stop(env)))
+        for name in REFERENCES:  # score the reference in place of its rollouts
+            if name in s["runs"]:
+                env = s["env"]
+                hook, reduce = self.step_hook(env, reference=name)
+                actor = self.actors(env, policy)[name]
+                s["runs"][name] = jax.jit(make_episode_rollout(
+                    env, actor, s["steps"], hook, reduce, should_stop=self.should_stop(env)))
         return s
 
     def actors(self, env: Env, policy) -> dict[str, Actor]:
@@ -153,17 +162,18 @@ class Realism(Evaluator):
         for name in self.config.actors:
             if name == "policy":
                 out[name] = policy_actor(env, policy, deterministic=self.spec.deterministic)
-            elif name in ("log_replay", "log_follow"):  # log_replay: see _build
+            elif name == "log_follow":
                 out[name] = controller_actor(env, controllers.log_replay(env))
-            elif name == "constant_velocity":
-                out[name] = controller_actor(env, controllers.constant_velocity(env))
+            elif name in ("straight_on",) + REFERENCES:  # references: see _build
+                out[name] = controller_actor(env, controllers.straight_on(env))
             else:
                 out[name] = controller_actor(env, controllers.random_actions(env))
         return out
 
-    def step_hook(self, env: Env, score_log: bool = False):
+    def step_hook(self, env: Env, reference: str | None = None):
         """Every object's box per step; the WOSAC scores of each group of rollouts
-        (``score_log``: of the logged future in place of every rollout)."""
+        (``reference``: of that reference agent, one of ``REFERENCES``, in place of every
+        rollout)."""
         r = self.config.num_rollouts
         init = env.config.init_step
         simulate = self.config.simulate
@@ -193,9 +203,26 @@ class Realism(Evaluator):
             sid = state0.scenario_id[::r]  # (G,)
             obj = jax.tree.map(lambda x: x[sid], pool.scenarios.objects)
             t = init + 1 + t_sim
-            if score_log:
-                future = lambda x: jnp.repeat(x[:, :, init + 1:t], r, axis=0)  # noqa: E731
-                sim_xy, sim_yaw, sim_valid = future(obj.xy), future(obj.yaw), future(obj.valid)
+            if reference is not None:
+                # The reference drives what the actor would (the objects valid at
+                # init_step, with ``controlled`` those the env controls); the rest
+                # follow the log.
+                if reference == "log_replay":
+                    ref = jax.vmap(references.logged_oracle, in_axes=(0, 0, 0, None, None))(
+                        obj.xy, obj.yaw, obj.valid, init, t_sim)
+                else:
+                    ref = jax.vmap(references.constant_velocity,
+                                   in_axes=(0, 0, 0, 0, None, None, None))(
+                        obj.xy, obj.yaw, obj.vel, obj.valid, init, t_sim,
+                        env.config.dynamics.dt)
+                driven = obj.valid[:, :, init]
+                if simulate == "controlled":
+                    driven = driven & state0.controlled[::r]
+                logged = (obj.xy[:, :, init + 1:t], obj.yaw[:, :, init + 1:t],
+                          obj.valid[:, :, init + 1:t])
+                pick = lambda a, b: jnp.repeat(jnp.where(  # noqa: E731
+                    driven.reshape(driven.shape + (1,) * (a.ndim - 2)), a, b), r, axis=0)
+                sim_xy, sim_yaw, sim_valid = map(pick, ref, logged)
             hist = lambda x: jnp.repeat(x[:, :, :init + 1], r, axis=0)  # noqa: E731
             sim = wosac.Trajectories(
                 xy=jnp.concatenate([hist(obj.xy), sim_xy], axis=2),
@@ -249,7 +276,11 @@ class Realism(Evaluator):
         return metrics, per
 
     def finish(self, result: EvalResult, fetched, rollouts=None) -> None:
-        """As the base, with ``scenario_id`` once per scenario (the per-scenario lists)."""
+        """As the base, with ``scenario_id`` (and ``scenario_name``) once per scenario (the
+        per-scenario lists)."""
         super().finish(result, fetched, rollouts)
         ids = self._setup["ids"][::self.config.num_rollouts]
         result.per_scenario["scenario_id"] = [int(i) for i in ids]
+        names = self._setup.get("pool_names")
+        if names is not None:
+            result.per_scenario["scenario_name"] = [names[int(i)] for i in ids]
