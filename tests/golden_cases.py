@@ -181,7 +181,7 @@ def policy_case(name: str) -> dict[str, np.ndarray]:
                                        "trial_timeout": 5, "collision_behavior": "remove"})
     policy = Policy.for_env(PolicyConfig.from_dict(POLICIES[name]), env)
     rows = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])  # zero-size too
-    state, ts = env.reset_batch(params_env, jax.random.key(5), 2)
+    state, ts = jax.jit(env.reset_batch, static_argnums=2)(params_env, jax.random.key(5), 2)
     params = policy.init(jax.random.key(6), jax.tree.map(rows, ts.obs))
     n = 2 * env.config.scenario.max_agents
     cache0 = policy.init_cache(n)
