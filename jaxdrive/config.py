@@ -37,6 +37,7 @@ names them.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import math
@@ -211,6 +212,43 @@ def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = Non
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"config key '{name}' must be an integer, got {_clip(value)}.")
     check_range(name, value, lo, hi)
+
+
+# Seeds everywhere (config keys and command-line options): what a JAX key and the
+# generators take.
+MAX_SEED = 2**31 - 1
+
+
+def int_arg(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An ``argparse`` ``type`` for an integer option in ``[low, high]``: anything else is
+    a usage error (exit 2) naming the bounds, before any work."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_clip(text)} is not an integer") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            lo = "" if low is None else f">= {low}"
+            hi = "" if high is None else f"<= {high:,}"
+            bounds = " and ".join(x for x in (lo, hi) if x)
+            raise argparse.ArgumentTypeError(f"{_clip(value)} is out of range: it must be "
+                                             f"{bounds}")
+        return value
+
+    return parse
+
+
+def finite_float_arg(text: str) -> float:
+    """An ``argparse`` ``type`` for a finite float option (NaN and infinities are usage
+    errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_clip(text)} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
 
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:

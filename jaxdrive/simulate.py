@@ -28,7 +28,15 @@ import yaml
 
 from jaxdrive.agents.controllers import CONTROLLERS
 from jaxdrive.agents.rollout import RolloutStats, make_rollout
-from jaxdrive.config import ConfigError, load_yaml, merge, parse_overrides, resolve_config_path
+from jaxdrive.config import (
+    MAX_SEED,
+    ConfigError,
+    int_arg,
+    load_yaml,
+    merge,
+    parse_overrides,
+    resolve_config_path,
+)
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.files import OutputError, check_writable_file, write_or_fallback
 from jaxdrive.scenarios.pool import make_pool
@@ -68,7 +76,7 @@ def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, int]:
     p.add_argument("--steps", type=int, default=400, help="steps per environment")
     p.add_argument("--envs", type=int, default=None, help="parallel envs (default: --scenes)")
     p.add_argument("--controller", default="lane_follow", choices=sorted(CONTROLLERS))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
     p.add_argument("--chunk", type=int, default=80, help="steps per compiled chunk")
     p.add_argument("--config", default=None,
                    help="YAML config with env: / procedural: sections: a file or a preset "

@@ -39,7 +39,7 @@ from jaxdrive.autotune import (
     tune_eval,
     tune_training,
 )
-from jaxdrive.config import ConfigError, parse_overrides
+from jaxdrive.config import ConfigError, int_arg, parse_overrides
 from jaxdrive.files import OutputError, check_writable_file, write_or_fallback
 from jaxdrive.runs.config import load_run_config
 
@@ -51,9 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="YAML run config: a file or a preset name (quickstart, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    metavar="KEY=VALUE", help="override a config key (kept in the command)")
-    p.add_argument("--start-envs", type=int, default=None,
+    p.add_argument("--start-envs", type=int_arg(1), default=None,
                    help="first num_envs tried (default a quarter of the config's)")
-    p.add_argument("--max-envs", type=int, default=None,
+    p.add_argument("--max-envs", type=int_arg(1), default=None,
                    help="largest num_envs tried (default 8x the config's)")
     p.add_argument("--repeats", type=int, default=3,
                    help="timed iterations per candidate after a warm-up (median)")
@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1 or not 0 < args.fraction <= 1:
         p.error("--repeats must be >= 1 and --fraction in (0, 1]")
+    if (args.start_envs is not None and args.max_envs is not None
+            and args.start_envs > args.max_envs):
+        p.error(f"--start-envs {args.start_envs} is above --max-envs {args.max_envs}: "
+                "the sweep doubles from the first up to the second")
     try:
         config = load_run_config(args.config, parse_overrides(args.overrides))
         check_writable_file(args.json)  # before minutes of compiling

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from jaxdrive.config import ConfigError
+from jaxdrive.config import ConfigError, finite_float_arg
 from jaxdrive.data import shards as shards_lib
 from jaxdrive.data import subsets as subsets_lib
 from jaxdrive.data.checks import scenario_problems
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", help="converted directory")
     p.add_argument("--scores", help="CSV with scenario_id and a score column")
     p.add_argument("--column", default=None, help="score column (default: the only one)")
-    p.add_argument("--threshold", type=float)
+    p.add_argument("--threshold", type=finite_float_arg)
     p.add_argument("--below", action="store_true", help="keep scores <= threshold")
     p.add_argument("--name", help="subset (behaviour class) name")
     p.add_argument("--list", action="store_true", help="list the subsets")

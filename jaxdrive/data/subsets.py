@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 from typing import Any
@@ -66,26 +67,39 @@ def list_subset_files(directory: str | os.PathLike) -> list[str]:
 def read_scores(path: str | os.PathLike, column: str | None = None) -> dict[str, float]:
     """``{scenario_id: score}`` from a CSV with a ``scenario_id`` column and a score column
     (``column``, or the only other column; ``score`` if there are several)."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        fields = reader.fieldnames or []
-        if "scenario_id" not in fields:
-            raise ConfigError(f"scores file '{path}' needs a 'scenario_id' column; has "
-                              f"{fields}.")
-        others = [c for c in fields if c != "scenario_id"]
-        if column is None:
-            column = others[0] if len(others) == 1 else "score"
-        if column not in fields:
-            raise ConfigError(f"scores file '{path}' has no column {column!r}; has {fields}. "
-                              "Pick one with --column.")
-        out = {}
-        for line, row in enumerate(reader, start=2):
-            try:
-                out[row["scenario_id"].strip()] = float(row[column])
-            except (TypeError, ValueError):
-                raise ConfigError(f"scores file '{path}' line {line}: {column} = "
-                                  f"{row.get(column)!r} is not a number.") from None
-        return out
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return _read_scores(csv.DictReader(f), path, column)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"scores file '{path}' is not UTF-8 text ({e.reason} at byte "
+                          f"{e.start}); save it as UTF-8 CSV.") from None
+
+
+def _read_scores(reader: csv.DictReader, path, column: str | None) -> dict[str, float]:
+    """The scores of an open CSV (``read_scores``)."""
+    fields = reader.fieldnames or []
+    if "scenario_id" not in fields:
+        raise ConfigError(f"scores file '{path}' needs a 'scenario_id' column; has "
+                          f"{fields}.")
+    others = [c for c in fields if c != "scenario_id"]
+    if column is None:
+        column = others[0] if len(others) == 1 else "score"
+    if column not in fields:
+        raise ConfigError(f"scores file '{path}' has no column {column!r}; has {fields}. "
+                          "Pick one with --column.")
+    out = {}
+    for line, row in enumerate(reader, start=2):
+        try:
+            value = float(row[column])
+        except (TypeError, ValueError):
+            raise ConfigError(f"scores file '{path}' line {line}: {column} = "
+                              f"{row.get(column)!r} is not a number.") from None
+        if not math.isfinite(value):  # NaN would silently match no threshold
+            raise ConfigError(f"scores file '{path}' line {line}: {column} = "
+                              f"{row.get(column)!r} is not a finite number; leave the "
+                              "scene out of the file instead.")
+        out[row["scenario_id"].strip()] = value
+    return out
 
 
 def subset_from_scores(scores: dict[str, float], threshold: float, above: bool = True,

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from jaxdrive.config import ConfigError, merge, parse_overrides
+from jaxdrive.config import MAX_SEED, ConfigError, int_arg, merge, parse_overrides
 from jaxdrive.env import Env, episode_steps
 from jaxdrive.files import OutputError, atomic_open, atomic_write_text, check_writable
 from jaxdrive.inspect.plots import plot_attention, plot_cache
@@ -54,6 +54,9 @@ from jaxdrive.scenarios.procedural import generate_batch
 
 INPUT_ERRORS = (ConfigError, OSError, ValueError, yaml.YAMLError, OutputError)
 DEFAULT_TRIALS = 2
+# Procedural scenes past the held-out set are generated on request up to this index (a
+# batch of that many scenes: about 0.25 MB each at the default sizes).
+MAX_PROCEDURAL_INDEX = 1023
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,12 +66,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="a training run directory")
     p.add_argument("--which", default="best", choices=("best", "last"),
                    help="checkpoint of the run to load (default best)")
-    p.add_argument("--scenario", type=int, default=0, metavar="N",
+    p.add_argument("--scenario", type=int_arg(0, 2**31 - 1), default=0, metavar="N",
                    help="held-out procedural scene index (default 0)")
     p.add_argument("--scenes", nargs="+", metavar="FILE",
                    help="play scene --scenario of these files (WOMD JSON / TFRecord or a "
                         "converted shard directory) instead of a procedural scene")
-    p.add_argument("--seed", type=int, default=None, metavar="S",
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=None, metavar="S",
                    help="seed of the procedural scenes (default: the run's validation.seed)")
     p.add_argument("--trials", type=int, default=None, metavar="K",
                    help="trials in the episode (default: the run's env.num_trials in trial "
@@ -115,6 +118,12 @@ def _scene(args, config, seed):
             raise ValueError(f"--scenario {args.scenario} is out of range: --scenes holds "
                              f"{n} scene(s), so pick 0 to {n - 1}.")
         return jax.tree.map(lambda x: x[args.scenario:args.scenario + 1], scenes)
+    if args.scenario >= max(config.validation.num_scenes, MAX_PROCEDURAL_INDEX + 1):
+        raise ValueError(
+            f"--scenario {args.scenario} is out of range: the held-out procedural scenes "
+            f"are 0 to {config.validation.num_scenes - 1} (validation.num_scenes), and "
+            f"scenes up to {MAX_PROCEDURAL_INDEX} are generated on request; a higher index "
+            "would generate that many scenes first.")
     num = max(config.validation.num_scenes, args.scenario + 1)
     # Scene N of the held-out set: the same scene whatever N (generate_batch's part).
     return generate_batch(jax.random.key(seed), num, config.procedural, config.env.scenario,

@@ -30,7 +30,7 @@ import numpy as np
 import yaml
 
 from jaxdrive.agents.controllers import log_replay, random_actions
-from jaxdrive.config import ConfigError, parse_overrides
+from jaxdrive.config import MAX_SEED, ConfigError, int_arg, parse_overrides
 from jaxdrive.env import Env, episode_steps
 from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
 from jaxdrive.render.record import (
@@ -135,7 +135,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="view to render; repeat for both (default scene)")
     p.add_argument("--envs", type=int, default=4, help="environments (videos per view)")
     p.add_argument("--steps", type=int, default=0, help="frames per video (0: one episode)")
-    p.add_argument("--seed", type=int, default=None, help="procedural scene seed")
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=None,
+                   help="procedural scene seed")
     p.add_argument("--size", type=int, default=256, help="frame width and height, pixels")
     p.add_argument("--fps", type=int, default=10)
     p.add_argument("--chunk", type=int, default=16, help="frames per device call")

@@ -1,0 +1,63 @@
+"""Odd command-line input is a usage error naming the option, before any work (issue 40,
+items 6 and 8): integers past int64, out-of-range counts, NaN thresholds and scores,
+scores files that are not UTF-8."""
+
+import pytest
+
+from jaxdrive.config import ConfigError
+from jaxdrive.data.subsets import read_scores
+
+HUGE = "1180591620717411303424"  # 2**70: OverflowError once it reached JAX
+
+
+def _usage_error(main, argv, capsys, *words):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err, (w, err)
+    assert "Traceback" not in err
+
+
+def test_seeds_and_indices_past_their_range_are_usage_errors(capsys):
+    from jaxdrive import simulate
+    from jaxdrive.inspect import cli as inspect_cli
+    from jaxdrive.render import cli as render_cli
+
+    _usage_error(simulate.main, ["--seed", HUGE], capsys, "--seed", "out of range",
+                 "2,147,483,647")
+    _usage_error(simulate.main, ["--seed", "-1"], capsys, "--seed", ">= 0")
+    _usage_error(render_cli.main, ["--seed", "x1"], capsys, "--seed", "not an integer")
+    _usage_error(inspect_cli.main, ["--checkpoint", "RUN", "--scenario", "1000000000000"],
+                 capsys, "--scenario", "out of range")
+
+
+def test_autotune_sweep_bounds_are_checked(capsys):
+    from jaxdrive.autotune import cli
+
+    _usage_error(cli.main, ["--config", "quickstart", "--max-envs", "0"], capsys,
+                 "--max-envs", ">= 1")
+    _usage_error(cli.main, ["--config", "quickstart", "--start-envs", "100", "--max-envs",
+                            "10"], capsys, "--start-envs 100 is above --max-envs 10")
+
+
+def test_subset_threshold_must_be_finite(capsys, tmp_path):
+    from jaxdrive.data.__main__ import main
+
+    _usage_error(main, ["subset", str(tmp_path), "--scores", "s.csv", "--threshold", "nan",
+                        "--name", "x"], capsys, "--threshold", "not a finite number")
+
+
+def test_scores_files_with_nan_or_other_encodings_are_refused_naming_the_line(tmp_path):
+    ok = tmp_path / "ok.csv"
+    ok.write_text("scenario_id,score\na,0.5\nb,2\n")
+    assert read_scores(ok) == {"a": 0.5, "b": 2.0}
+    nan = tmp_path / "nan.csv"
+    nan.write_text("scenario_id,score\na,0.5\nb,nan\n")
+    with pytest.raises(ConfigError, match="line 3: score = 'nan' is not a finite number"):
+        read_scores(nan)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("scenario_id,score\nstra\xdfe,1\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        read_scores(latin)
