@@ -61,3 +61,25 @@ def test_scores_files_with_nan_or_other_encodings_are_refused_naming_the_line(tm
     latin.write_bytes("scenario_id,score\nstra\xdfe,1\n".encode("latin-1"))
     with pytest.raises(ConfigError, match="is not UTF-8 text"):
         read_scores(latin)
+
+
+def test_resume_refuses_model_changes_before_any_setup(tmp_path, capsys):
+    """Issue 40, item 4: ``--resume RUN --set policy.model_dim=32`` was a ValueError
+    traceback after minutes of set-up."""
+    import yaml
+
+    from jaxdrive.runs.config import load_run_config
+    from jaxdrive.train.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(load_run_config("quickstart").to_dict()))
+    assert main(["--resume", str(run), "--set", "policy.model_dim=32"]) == 2
+    err = capsys.readouterr().err
+    assert "policy.model_dim is 64" in err and "32" in err and "Traceback" not in err
+    assert main(["--resume", str(run), "--set", "env.observation.num_road=7"]) == 2
+    assert "env.observation.num_road" in capsys.readouterr().err
+    # Other keys pass this check (here the run has no checkpoint to resume from).
+    assert main(["--resume", str(run), "--set", "train.total_steps=100000"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoints not found" in err and "keeps the run's model" not in err

@@ -113,6 +113,7 @@ def _setup(args) -> tuple[RunConfig, Path]:
         return config, Path(broadcast_text(made))
     run_dir = Path(args.resume)
     config = read_run_config(run_dir, overrides)
+    _check_resume_overrides(read_run_config(run_dir), config, run_dir)
     if args.config and load_run_config(args.config, overrides) != config:
         print(f"note: --resume continues with {run_dir}/config.yaml (plus --set); "
               f"it differs from {args.config}, which is not used.", flush=True)
@@ -120,6 +121,35 @@ def _setup(args) -> tuple[RunConfig, Path]:
         raise FileNotFoundError(f"{run_dir}/checkpoints not found: the run saved no "
                                 "checkpoint to resume from.")
     return config, run_dir
+
+
+# Sections a resumed run keeps: its checkpoint's parameters were made for them (policy
+# sizes, observation token counts, the action space).
+RESUME_FIXED = ("policy", "env.observation", "env.dynamics")
+
+
+def _leaves(d: dict, prefix: str = "") -> dict[str, object]:
+    """A nested dict as {dotted path: leaf}."""
+    out = {}
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        out.update(_leaves(v, path + ".") if isinstance(v, dict) else {path: v})
+    return out
+
+
+def _check_resume_overrides(saved: RunConfig, config: RunConfig, run_dir: Path) -> None:
+    """``ConfigError`` (before any set-up) when ``--set`` on ``--resume`` changes a key
+    of ``RESUME_FIXED``: the checkpoint would not fit the changed model."""
+    before, after = _leaves(saved.to_dict()), _leaves(config.to_dict())
+    changed = [k for k in after if k.startswith(tuple(s + "." for s in RESUME_FIXED))
+               and before.get(k) != after[k]]
+    if changed:
+        k = changed[0]
+        raise ConfigError(
+            f"--resume keeps the run's model: {k} is {before.get(k)!r} in "
+            f"{run_dir}/config.yaml and --set would make it {after[k]!r}, which its "
+            f"checkpoint does not fit (changed: {', '.join(changed)}). Policy, observation "
+            "and dynamics settings are fixed for a run; train a new run to change them.")
 
 
 def _population_config(args) -> int | None:
