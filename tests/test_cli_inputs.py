@@ -83,3 +83,15 @@ def test_resume_refuses_model_changes_before_any_setup(tmp_path, capsys):
     assert main(["--resume", str(run), "--set", "train.total_steps=100000"]) == 2
     err = capsys.readouterr().err
     assert "checkpoints not found" in err and "keeps the run's model" not in err
+
+
+def test_an_eval_file_whose_eval_key_is_a_list_is_one_error():
+    """Issue 40, item 6: ``eval: [1, 2]`` was a TypeError traceback in the eval CLI's
+    section overrides (run before the suite loader, which names it the same way)."""
+    from jaxdrive.eval.cli import apply_section_overrides
+
+    with pytest.raises(ConfigError, match="'eval' must be a mapping of evaluator sections, "
+                                          "got list"):
+        apply_section_overrides({"eval": [1, 2]}, [])
+    assert apply_section_overrides({"eval": {"a": {}}}, ["a.seed=3"]) == {
+        "eval": {"a": {"seed": 3}}}

@@ -133,7 +133,11 @@ def apply_section_overrides(data: dict, pairs: list[str]) -> dict:
       ConfigError: naming the override, for a malformed pair, an unknown section (the
         message lists the file's sections) or a value that is not valid YAML.
     """
-    sections = dict(data.get("eval") or {})
+    raw = data.get("eval") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("config key 'eval' must be a mapping of evaluator sections, got "
+                          f"{type(raw).__name__}.")
+    sections = dict(raw)
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         section, dot, name = key.strip().partition(".")
