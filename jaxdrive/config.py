@@ -15,7 +15,7 @@ Every input error is a ``ConfigError`` naming the key (or the file, or the ``--s
 argument) and the fix, never a traceback from deeper in:
 
 - ``from_dict`` checks each value against its field's type (``check_type``): floats are
-  finite and within float32 (NaN, inf and 1e39 are refused), ints within int64, strings
+  finite and within float32 (NaN, inf, 1e39 and 1e-320 are refused), ints within int64, strings
   (names, paths) are strings, lists hold elements of their type; one string given for a
   list of strings is a list of one (``train.co_players: runs/a``), never split.
 - YAML is read by ``yaml_load``: safe (Python tags refused), YAML 1.2 floats (``1e-3`` is
@@ -56,6 +56,9 @@ from jaxdrive.files import UnsafeNameError, safe_name
 # Largest magnitude of a float config value: the device computes in float32, where
 # anything beyond is inf.
 FLOAT32_MAX = 3.4028234663852886e38
+# Smallest normal float32: a nonzero float config value below it is 0 or loses its
+# precision on the device (1e-320 became 0).
+FLOAT32_TINY = 1.1754943508222875e-38
 # Int config values must fit in int64 (what NumPy and JAX hold them in).
 INT64_MAX = 2**63 - 1
 
@@ -199,6 +202,10 @@ def check_number(name: str, value: Any, limit: float | None = None) -> None:
     if abs(value) > limit:
         raise ConfigError(f"config key '{name}' = {_clip(value)} is too large in magnitude "
                           f"(at most {limit:.4g}); give a smaller number.")
+    if isinstance(value, float) and limit == FLOAT32_MAX and 0 < abs(value) < FLOAT32_TINY:
+        raise ConfigError(f"config key '{name}' = {_clip(value)} is too small in magnitude "
+                          f"for float32 (below {FLOAT32_TINY:.4g} it is 0 or loses its "
+                          "precision on the device); give 0 or a larger number.")
 
 
 def check_bool(name: str, value: Any) -> None:

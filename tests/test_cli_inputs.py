@@ -95,3 +95,14 @@ def test_an_eval_file_whose_eval_key_is_a_list_is_one_error():
         apply_section_overrides({"eval": [1, 2]}, [])
     assert apply_section_overrides({"eval": {"a": {}}}, ["a.seed=3"]) == {
         "eval": {"a": {"seed": 3}}}
+
+
+def test_float_settings_too_small_for_float32_are_refused():
+    """Issue 40, item 8: ``train.learning_rate=1e-320`` was accepted (0 in float32)."""
+    from jaxdrive.runs.config import load_run_config
+
+    with pytest.raises(ConfigError, match="'learning_rate' = 1e-320 is too small"):
+        load_run_config("quickstart", {"train.learning_rate": 1e-320})
+    assert load_run_config("quickstart", {"train.learning_rate": 1e-30}).train.learning_rate \
+        == 1e-30
+    assert load_run_config("quickstart", {"train.entropy_coef": 0.0}).train.entropy_coef == 0.0
