@@ -512,23 +512,24 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
 def expand_dotted(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Dotted keys as nested mappings, at every depth: ``{"a.b": 1}`` -> ``{"a": {"b": 1}}``.
 
-    A dotted key and a mapping that set the same leaf: the more specific key wins (a
-    deeper key lands last); between equally specific keys, the later one. Keys the
-    dotted one does not touch merge (``merge``).
+    Keys that set different leaves merge (``merge``): ``env.x: 1`` beside ``env: {y: 2}``.
 
     Args:
       data: a config mapping (a file's, a section's).
       where: how an error names the mapping (``config file 'x.yaml'``).
 
     Raises:
-      ConfigError: a key that is not a string or has an empty part (``env..x``).
+      ConfigError: a key that is not a string or has an empty part (``env..x``); two
+        keys that set the same setting (``train.seed: 4`` beside ``train: {seed: 5}``),
+        which would silently drop one of them.
     """
     for key in data:
         if not isinstance(key, str) or not all(key.split(".")):
             raise ConfigError(f"{where}: key {key!r} must be a name or a dotted path "
                               "like env.collision_behavior.")
+    _check_one_key_per_setting(data, where)
     out: dict[str, Any] = {}
-    # Stable sort: fewer dots first, so a deeper key lands last and wins; ties keep order.
+    # Keys set different settings (checked above); shallow first keeps merges simple.
     for key in sorted(data, key=lambda k: k.count(".")):
         value = data[key]
         if isinstance(value, Mapping):
@@ -539,6 +540,31 @@ def expand_dotted(data: Mapping[str, Any], where: str) -> dict[str, Any]:
             nested = {head: nested}
         out = merge(out, nested)
     return out
+
+
+def _leaf_paths(key: str, value: Any) -> list[str]:
+    """The dotted paths of the settings ``key: value`` sets (its nested leaves)."""
+    if isinstance(value, Mapping) and value:
+        return [p for k, v in value.items() if isinstance(k, str)
+                for p in _leaf_paths(f"{key}.{k}", v)]
+    return [key]
+
+
+def _check_one_key_per_setting(data: Mapping[str, Any], where: str) -> None:
+    """``ConfigError`` when two keys of ``data`` set the same setting (or one sets a
+    value where another sets settings inside it)."""
+    owner: dict[str, str] = {}
+    for key, value in data.items():
+        for path in _leaf_paths(key, value):
+            for other_path, other_key in owner.items():
+                if other_key != key and (path == other_path
+                                         or path.startswith(other_path + ".")
+                                         or other_path.startswith(path + ".")):
+                    raise ConfigError(
+                        f"{where}: keys '{other_key}' and '{key}' both set "
+                        f"'{min(path, other_path, key=len)}'; keep one of them (one would "
+                        "be dropped).")
+            owner[path] = key
 
 
 def parent_names(value: Any, where: str, noun: str) -> list[str]:

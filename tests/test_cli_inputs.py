@@ -106,3 +106,18 @@ def test_float_settings_too_small_for_float32_are_refused():
     assert load_run_config("quickstart", {"train.learning_rate": 1e-30}).train.learning_rate \
         == 1e-30
     assert load_run_config("quickstart", {"train.entropy_coef": 0.0}).train.entropy_coef == 0.0
+
+
+def test_a_setting_given_twice_in_one_file_is_an_error(tmp_path):
+    """Issue 40, item 8: ``train.seed: 4`` beside ``train: {seed: 5}`` silently used 4."""
+    from jaxdrive.runs.config import load_run_config
+
+    both = tmp_path / "both.yaml"
+    both.write_text("train.seed: 4\ntrain:\n  seed: 5\n")
+    with pytest.raises(ConfigError, match="keys 'train.seed' and 'train' both set "
+                                          "'train.seed'"):
+        load_run_config(str(both))
+    fine = tmp_path / "fine.yaml"
+    fine.write_text("train.seed: 4\ntrain:\n  num_envs: 8\n")
+    config = load_run_config(str(fine))
+    assert (config.train.seed, config.train.num_envs) == (4, 8)

@@ -206,12 +206,17 @@ def test_dotted_keys_equal_nested_mappings_and_mix():
     nested = {"type": "multi_scenario", "env": {"collision_behavior": "remove",
                                                 "scenario": {"max_agents": 32}},
               "render": {"views": ["ego"]}, "procedural": {"arm_length": 40.0}}
-    # Dotted keys inside a mapping expand too; a dotted key beats the mapping whatever
-    # the order, and keys it does not touch merge.
+    # Dotted keys inside a mapping expand too, and keys that set different settings
+    # merge; two keys that set the same one are an error (issue 40: one was dropped).
     mixed = {"type": "multi_scenario", "env.collision_behavior": "remove",
-             "env": {"collision_behavior": "stop", "scenario.max_agents": 32},
-             "render": {"views": ["scene"]}, "render.views": ["ego"],
+             "env": {"scenario.max_agents": 32}, "render.views": ["ego"],
              "procedural": {"arm_length": 40.0}}
+    clash = {"type": "multi_scenario", "env.collision_behavior": "remove",
+             "env": {"collision_behavior": "stop"}}
+    assert ("keys 'env.collision_behavior' and 'env' both set 'env.collision_behavior'"
+            in error({"v": clash}))
+    assert "keys 'render' and 'render.views' both set 'render.views'" in error(
+        {"v": {"type": "planning", "render": {"views": ["scene"]}, "render.views": ["ego"]}})
     specs = specs_of({"dotted": dotted, "nested": nested, "mixed": mixed})
     for spec in specs.values():
         assert spec.env.collision_behavior == "remove"

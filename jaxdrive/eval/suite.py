@@ -14,8 +14,8 @@ Resolution of one section, in this order:
 
 1. Dotted keys (``env.collision_behavior: remove``) expand to nested mappings, per
    section and at any depth (``jaxdrive.config.expand_dotted``, as in run config files).
-   When a dotted key and a mapping set the same leaf, the more specific key wins;
-   between equally specific keys, the later one.
+   Two keys of one section that set the same setting (a dotted key and a mapping) are
+   an error naming both.
 2. ``inherits`` (a section name or a list) resolves recursively: parents merge in order,
    then the section itself, nested mappings merging key by key
    (``jaxdrive.config.Sections``, the machinery of file ``inherits:``). ``template:
