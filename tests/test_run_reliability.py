@@ -241,3 +241,19 @@ def test_resume_without_an_intact_checkpoint_lists_each_and_changes_nothing(
     assert "Traceback" not in err
     assert sorted(p.name for p in last.iterdir()) == ["1", "2", "3"]  # nothing moved
     assert not (run_dir / "checkpoints" / "damaged").exists()
+
+
+def test_resume_to_fewer_steps_than_done_is_refused_and_changes_nothing(
+        tmp_path, capsys, reference):
+    """Issue 40, item 8: ``--resume --set train.total_steps=`` below the steps done printed
+    ``finished: 0 agent-steps, nan s`` and rewrote config.yaml."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference, run_dir)
+    before = (run_dir / "config.yaml").read_text()
+    assert cli.main(["--resume", str(run_dir), "--set",
+                     f"train.total_steps={STEPS_PER_IT}"]) == 2
+    err = capsys.readouterr().err
+    assert (f"train.total_steps={STEPS_PER_IT:,} is below the {3 * STEPS_PER_IT:,} "
+            "agent-steps (3 iterations)") in err
+    assert (run_dir / "config.yaml").read_text() == before
+    assert not (run_dir / "config.prev.yaml").exists()

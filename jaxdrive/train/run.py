@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdrive.config import ConfigError
 from jaxdrive.distributed import any_process, describe, is_main_process
 from jaxdrive.env import Env, EnvParams, episode_steps
 from jaxdrive.eval.evaluator import local_devices_only
@@ -418,6 +419,14 @@ class _Run:
         # collective (every process writes its part) and stay in the loop.
         self.saver = BackgroundSaver(self.ckpt) if jax.process_count() == 1 else None
         resume_meta = self._prepare_resume() if resume else None
+        if resume_meta is not None and config.num_iterations < int(resume_meta["iteration"]):
+            done = int(resume_meta["iteration"])
+            raise ConfigError(
+                f"train.total_steps={config.train.total_steps:,} is below the "
+                f"{done * config.steps_per_iteration:,} agent-steps ({done} iterations) "
+                f"{run_dir} has done; --resume extends a run: give a larger "
+                "train.total_steps, or evaluate the run as it is (python -m jaxdrive.eval "
+                f"--checkpoint {run_dir}).")
         self._build(resume_meta)
         self.start_it, wandb_id = 0, None
         if resume:
