@@ -35,6 +35,11 @@ class UnsafeNameError(ValueError):
     """A name meant as one path component would leave its root directory."""
 
 
+# Longest safe name, in UTF-8 bytes: file systems allow 255 per path component, and some
+# names get a suffix (a run name its timestamp, "-YYYYmmdd-HHMMSS").
+MAX_NAME_BYTES = 200
+
+
 def safe_name(name: object, what: str) -> str:
     """``name`` if it is safe as one path component under some root, else UnsafeNameError.
 
@@ -52,6 +57,11 @@ def safe_name(name: object, what: str) -> str:
             f"{what} {name!r} is used as a file or directory name and must stay inside its "
             "output directory: no '/', '\\', '..' or absolute paths (use letters, digits, "
             "'-', '_', '.')")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise UnsafeNameError(
+            f"{what} {name[:40]!r}... is {len(name.encode('utf-8', 'surrogatepass'))} bytes "
+            f"long; as a file or directory name (with the suffixes added to it) it must stay "
+            f"within {MAX_NAME_BYTES} bytes: shorten it")
     return name
 
 

@@ -121,3 +121,17 @@ def test_a_setting_given_twice_in_one_file_is_an_error(tmp_path):
     fine.write_text("train.seed: 4\ntrain:\n  num_envs: 8\n")
     config = load_run_config(str(fine))
     assert (config.train.seed, config.train.num_envs) == (4, 8)
+
+
+def test_a_name_too_long_for_a_directory_is_refused_before_the_work():
+    """Issue 40, item 10: a 300-character eval section name ran 198 s, then failed making
+    its video directory."""
+    from jaxdrive.eval.suite import load_suite_specs
+    from jaxdrive.files import MAX_NAME_BYTES, UnsafeNameError, safe_name
+
+    long = "v" * 300
+    with pytest.raises(ConfigError, match="300 bytes long.*within 200 bytes"):
+        load_suite_specs({"eval": {long: {"type": "multi_scenario"}}})
+    assert safe_name("v" * MAX_NAME_BYTES, "x") == "v" * MAX_NAME_BYTES
+    with pytest.raises(UnsafeNameError, match="201 bytes"):
+        safe_name("é" * 100 + "v", "x")  # 100 two-byte characters
