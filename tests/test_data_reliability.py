@@ -428,3 +428,26 @@ def test_scenes_converted_larger_than_the_env_name_the_sizes_to_set():
     with pytest.raises(ConfigError, match=re.escape(
             "--set env.scenario.max_agents=128 --set env.scenario.max_lanes=512")):
         adapt_arrays({}, stored, wanted)
+
+
+def test_a_scene_twice_is_kept_once_and_one_without_road_edges_is_skipped(tmp_path, capsys):
+    """Issue 40, item 9: a scene without roads failed ``data inspect``'s check but exited
+    0 and was converted; the same scene given twice became two entries of one id."""
+    good = synth_scenario(1, **SYNTH, scenario_id="good").SerializeToString()
+    bare = synth_scenario(2, **{**SYNTH, "num_edges": 0}, scenario_id="bare").SerializeToString()
+    a, b = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+    write_records(a, [good, bare])
+    shutil.copy(a, b)
+    manifest = convert_to_shards([str(a), str(b)], str(tmp_path / "out"), SC)
+    assert [s["scenario_id"] for s in manifest["scenarios"]] == ["good"]
+    reasons = [s["reason"] for s in manifest["skipped"]]
+    assert sum("scenario bare has no road-edge points" in r for r in reasons) == 2
+    assert sum(f"scenario good is already in the set (from {a}#0)" in r for r in reasons) == 1
+    assert len(reasons) == 3
+    # The same rule where raw files are loaded directly.
+    scenes, report = load_scenarios([str(a), str(b)], SC)
+    assert report["scenario_ids"] == ["good"] and len(report["skipped"]) == 3
+    # data inspect exits 1 when the scene fails a check, 0 when it passes.
+    assert cli(["inspect", str(a), "--index", "1", *SIZES]) == 1
+    assert "no road-edge points" in capsys.readouterr().out
+    assert cli(["inspect", str(a), "--index", "0", *SIZES]) == 0

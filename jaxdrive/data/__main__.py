@@ -163,7 +163,8 @@ def _inspect_cache_lights(directory: str, as_json: bool) -> int:
 
 def cmd_inspect(args) -> int:
     """``inspect``: print a summary (text or ``--json``) of one scene of a source file or
-    a converted directory, or ``--all`` scenes' light-state counts; returns 0."""
+    a converted directory, or ``--all`` scenes' light-state counts; returns 0, or 1 when
+    the scene fails one of its checks (they are printed)."""
     if args.all:
         if not shards_lib.is_shard_dir(args.file):
             raise ConfigError(f"inspect --all needs a converted directory; '{args.file}' "
@@ -210,9 +211,10 @@ def cmd_inspect(args) -> int:
         "truncated_road_points": info.get("truncated_road_points", 0),
         "problems": scenario_problems(scen, sc, init_step),
     }
+    failed = 1 if summary["problems"] else 0  # the scene fails its own checks
     if args.json:
         print(json.dumps(summary, indent=1))
-        return 0
+        return failed
     print(f"scenario {summary['scenario_id']}  ({summary['source']})")
     print(f"  steps: {summary['steps']} (init_step {init_step})")
     print(f"  agents: {summary['agents']} kept of {summary['agents_in_source']} "
@@ -230,7 +232,7 @@ def cmd_inspect(args) -> int:
           f"{summary['of_interest']}, tracks to predict: {summary['to_predict']}")
     print(f"  traffic-light steps by state: {_show_counts(summary['traffic_light_states'])}")
     print(f"  checks: {'ok' if not summary['problems'] else '; '.join(summary['problems'])}")
-    return 0
+    return failed
 
 
 def cmd_subset(args) -> int:

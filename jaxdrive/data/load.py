@@ -22,7 +22,7 @@ from jaxdrive.data.raw import SceneError
 from jaxdrive.data.sources import expand_inputs, item_source, iter_items, read_item
 from jaxdrive.data.staging import staged_cache
 from jaxdrive.scenarios.base import ScenarioConfig
-from jaxdrive.types import Scenario
+from jaxdrive.types import RoadType, Scenario
 
 UNEXPECTED = "unexpected error while reading"
 
@@ -76,6 +76,22 @@ def iter_converted(
             yield pending.popleft().get()
 
 
+def _unusable(arrays: dict[str, np.ndarray], info: dict, seen: dict[str, str]) -> str | None:
+    """Why a converted scene cannot be used (None if it can): no road edges (off-road
+    detection needs them), or a scenario id already converted (the same scene given
+    twice; its first source is named). Records a usable scene's id in ``seen``."""
+    sid = str(info["scenario_id"])
+    if sid in seen:
+        return (f"{info['source']}: scenario {sid} is already in the set (from "
+                f"{seen[sid]}); the same scene twice is kept once")
+    edges = arrays["roadgraph.valid"] & (arrays["roadgraph.type"] == RoadType.ROAD_EDGE)
+    if not edges.any():
+        return (f"{info['source']}: scenario {sid} has no road-edge points (off-road "
+                "detection needs them)")
+    seen[sid] = str(info.get("source", ""))
+    return None
+
+
 def convert_to_shards(
     paths: list[str], out_dir: str | os.PathLike, config: ScenarioConfig,
     convert: ConvertConfig | None = None, shard_size: int = 128, compress: bool = True,
@@ -98,9 +114,13 @@ def convert_to_shards(
         writer = shards_lib.ShardWriter(staging, config, convert, shard_size, compress)
         for path, _ in files:
             writer.add_source(path)
+        seen: dict[str, str] = {}
         for result in iter_converted(paths, config, convert, workers):
-            if result[0] == "ok":
+            why = _unusable(result[1], result[2], seen) if result[0] == "ok" else None
+            if result[0] == "ok" and why is None:
                 writer.add(result[1], result[2])
+            elif why is not None:
+                writer.skip(result[2]["source"], why)
             else:
                 writer.skip(result[1]["source"], result[1]["reason"])
         manifest = writer.close()
@@ -147,10 +167,14 @@ def load_scenarios(
             raw_paths.append(p)
     if raw_paths:
         batch, infos = [], []
+        seen = {str(r["scenario_id"]): r.get("source", "") for r in records}
         for result in iter_converted(raw_paths, scenario_config, convert):
-            if result[0] == "ok":
+            why = _unusable(result[1], result[2], seen) if result[0] == "ok" else None
+            if result[0] == "ok" and why is None:
                 batch.append(result[1])
                 infos.append(result[2])
+            elif why is not None:
+                skipped.append({"source": result[2]["source"], "reason": why})
             else:
                 skipped.append(result[1])
         if batch:
