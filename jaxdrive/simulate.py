@@ -39,6 +39,7 @@ from jaxdrive.config import (
 )
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.files import OutputError, check_writable_file, write_or_fallback
+from jaxdrive.resources import check_fits
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_batch
 
@@ -61,6 +62,10 @@ def build(
     """Env and params over a pool of ``num_scenes`` procedural scenarios."""
     env_cfg = EnvConfig.from_dict(config.get("env") or {}, "env")
     proc_cfg = ProceduralConfig.from_dict(config.get("procedural") or {}, "procedural")
+    # The pool is generated at once: its scenes, the generator's intermediates and the
+    # road index (about 3x the scenes' own bytes).
+    check_fits(f"--scenes {num_scenes:,}", 3 * num_scenes * env_cfg.scenario.nbytes(),
+               "lower --scenes (envs draw their scenes from the pool)")
     scenes = generate_batch(jax.random.key(seed), num_scenes, proc_cfg, env_cfg.scenario)
     pool = make_pool(scenes, env_cfg.road_index)
     env = Env(env_cfg)

@@ -2,6 +2,7 @@
 items 6 and 8): integers past int64, out-of-range counts, NaN thresholds and scores,
 scores files that are not UTF-8."""
 
+import numpy as np
 import pytest
 
 from jaxdrive.config import ConfigError
@@ -135,3 +136,27 @@ def test_a_name_too_long_for_a_directory_is_refused_before_the_work():
     assert safe_name("v" * MAX_NAME_BYTES, "x") == "v" * MAX_NAME_BYTES
     with pytest.raises(UnsafeNameError, match="201 bytes"):
         safe_name("é" * 100 + "v", "x")  # 100 two-byte characters
+
+
+def test_work_larger_than_memory_is_refused_with_the_estimate(capsys):
+    """Issue 40, item 7: ``simulate --scenes 1000000000`` grew to 15 GB and was killed;
+    ``render --size 100000`` / ``--fps 1e9`` were refused only minutes in."""
+    from jaxdrive import simulate
+    from jaxdrive.render import cli as render_cli
+    from jaxdrive.resources import check_fits
+    from jaxdrive.scenarios.base import ScenarioConfig
+
+    with pytest.raises(ConfigError, match=r"x needs about 2.0 GiB of memory; this machine "
+                                          r"has 2.0 GiB: lower it"):
+        check_fits("x", 2 * 2**30, "lower it", available=2 * 2**30)
+    check_fits("x", 2**30, "lower it", available=2 * 2**30)  # within 80 %
+    # 4 bytes per leaf element: the default sizes' leaves, summed by hand.
+    sc = ScenarioConfig(max_agents=2, num_steps=3, max_road_points=5, max_lanes=1,
+                        max_lane_successors=1, max_traffic_lights=1)
+    assert sc.nbytes() == 4 * sum(np.prod(s) for s in sc.shapes().values())
+    assert simulate.main(["--scenes", str(10**12)]) == 2
+    assert "--scenes 1,000,000,000,000 needs about" in capsys.readouterr().err
+    _usage_error(render_cli.main, ["--size", "8192", "--envs", "4096", "--chunk", "100000"],
+                 capsys, "needs about", "GiB of memory")
+    _usage_error(render_cli.main, ["--size", "100000"], capsys, "--size", "<= 8,192")
+    _usage_error(render_cli.main, ["--fps", "1000000000"], capsys, "--fps", "<= 240")

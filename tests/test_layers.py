@@ -23,6 +23,7 @@ LAYERS = (
     ("files", "parallel", "distributed"),
     # shared pytrees, config plumbing, box/segment math, k-nearest selection
     ("types", "config", "geometry", "selection"),
+    ("resources",),  # host-memory estimates checked before the work
     ("scenarios",),  # procedural generator, scenario shapes, road index, device pool
     ("data",),  # host readers of real scenes (WOMD, JSON), shards, datasets
     ("sim",),  # dynamics models, multi-trial bookkeeping

@@ -41,6 +41,7 @@ from jaxdrive.render.record import (
     record,
 )
 from jaxdrive.render.video import FrameGrabber, VideoSink, png_bytes
+from jaxdrive.resources import check_fits
 from jaxdrive.runs.config import load_run_config
 from jaxdrive.runs.load import load_policy, read_run_config
 from jaxdrive.scenarios.pool import make_pool
@@ -133,13 +134,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="who drives without --checkpoint (default: log replay)")
     p.add_argument("--view", action="append", choices=("scene", "ego"),
                    help="view to render; repeat for both (default scene)")
-    p.add_argument("--envs", type=int, default=4, help="environments (videos per view)")
-    p.add_argument("--steps", type=int, default=0, help="frames per video (0: one episode)")
+    p.add_argument("--envs", type=int_arg(1, 4096), default=4,
+                   help="environments (videos per view)")
+    p.add_argument("--steps", type=int_arg(0, 1_000_000), default=0,
+                   help="frames per video (0: one episode)")
     p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=None,
                    help="procedural scene seed")
-    p.add_argument("--size", type=int, default=256, help="frame width and height, pixels")
-    p.add_argument("--fps", type=int, default=10)
-    p.add_argument("--chunk", type=int, default=16, help="frames per device call")
+    p.add_argument("--size", type=int_arg(2, 8192), default=256,
+                   help="frame width and height, pixels")
+    p.add_argument("--fps", type=int_arg(1, 240), default=10)
+    p.add_argument("--chunk", type=int_arg(1, 100_000), default=16,
+                   help="frames per device call")
     p.add_argument("--no-overlay", action="store_true", help="no text on the frames")
     p.add_argument("--png", metavar="FILE", help="write one frame as PNG instead of videos")
     p.add_argument("--frame", type=int, default=0, help="frame index for --png")
@@ -151,13 +156,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The arguments, with every count checked (exit code 2 otherwise)."""
     p = _parser()
     args = p.parse_args(argv)
-    for flag, value, low in (("--envs", args.envs, 1), ("--frame", args.frame, 0),
-                             ("--steps", args.steps, 0), ("--size", args.size, 2),
-                             ("--fps", args.fps, 1), ("--chunk", args.chunk, 1)):
-        if value < low:
-            p.error(f"{flag} must be >= {low}, got {value}")
+    if args.frame < 0:
+        p.error(f"--frame must be >= 0, got {args.frame}")
     if args.size % 2:
         p.error(f"--size must be even (H.264 video needs even frame sizes), got {args.size}")
+    # Frames of one device call, uint8 RGB, plus a float32 RGBA raster per env.
+    need = args.envs * args.size**2 * (3 * args.chunk + 16)
+    try:
+        check_fits(f"--size {args.size} with --envs {args.envs} and --chunk {args.chunk}",
+                   need, "lower --size, --chunk or --envs")
+    except ConfigError as e:
+        p.error(str(e))
     return args
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,11 @@ class ScenarioConfig(ConfigBase):
         check_int("max_lanes", self.max_lanes, 1, 1_000_000)
         check_int("max_lane_successors", self.max_lane_successors, 1, 64)
         check_int("max_traffic_lights", self.max_traffic_lights, 1, 4096)
+
+    def nbytes(self) -> int:
+        """Bytes of one unbatched ``Scenario`` at these sizes (every leaf counted at 4
+        bytes: an upper bound, flags take 1)."""
+        return 4 * sum(math.prod(s) for s in self.shapes().values())
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Expected shape of every leaf of an unbatched ``Scenario``, keyed by path."""
