@@ -451,3 +451,44 @@ def test_a_scene_twice_is_kept_once_and_one_without_road_edges_is_skipped(tmp_pa
     assert cli(["inspect", str(a), "--index", "1", *SIZES]) == 1
     assert "no road-edge points" in capsys.readouterr().out
     assert cli(["inspect", str(a), "--index", "0", *SIZES]) == 0
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_during_convert_leaves_the_output_as_it_was(tmp_path, monkeypatch, capsys,
+                                                            signals):
+    """Issue 40, items 1-2: a signal during ``data convert`` into an existing cache was
+    ignored (the cache replaced, exit 0) or left ``.DIR.converting-*`` behind. Now the
+    first SIGTERM stops before the next scene, a second one at once; either way exit 143,
+    the cache as it was, nothing staged left."""
+    import signal
+
+    from jaxdrive.data import load
+
+    def scenes(path, seeds):
+        write_records(path, [synth_scenario(s, **SYNTH, scenario_id=f"s{s}")
+                             .SerializeToString() for s in seeds])
+        return str(path)
+
+    out = tmp_path / "cache"
+    assert cli(["convert", scenes(tmp_path / "old.tfrecord", [1]), "--out", str(out),
+                *SIZES]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    original = load._convert_item
+    calls = []
+
+    def convert_then_signal(job):
+        calls.append(1)
+        for _ in range(signals if len(calls) == 1 else 0):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(job)
+
+    monkeypatch.setattr(load, "_convert_item", convert_then_signal)
+    new = scenes(tmp_path / "new.tfrecord", [2, 3, 4])
+    capsys.readouterr()
+    assert cli(["convert", new, "--out", str(out), *SIZES]) == 143
+    err = capsys.readouterr()
+    assert "stopped by SIGTERM: nothing converted was kept" in err.err
+    assert len(calls) == 1  # stopped before the second scene
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if "converting" in p.name] == []
+    assert signal.getsignal(signal.SIGTERM) is not None  # the handler was put back

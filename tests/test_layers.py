@@ -20,7 +20,7 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 # Lowest first. Each entry is a top-level module or package of jaxdrive.
 LAYERS = (
     # atomic writes and safe names; the data mesh; multi-process setup
-    ("files", "parallel", "distributed"),
+    ("files", "parallel", "distributed", "signals"),
     # shared pytrees, config plumbing, box/segment math, k-nearest selection
     ("types", "config", "geometry", "selection"),
     ("resources",),  # host-memory estimates checked before the work

@@ -23,9 +23,10 @@ from jaxdrive.data import shards as shards_lib
 from jaxdrive.data import subsets as subsets_lib
 from jaxdrive.data.checks import scenario_problems
 from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario, real_data_config
-from jaxdrive.data.load import convert_one, convert_to_shards
+from jaxdrive.data.load import ConversionStopped, convert_one, convert_to_shards
 from jaxdrive.files import OutputError
 from jaxdrive.scenarios.base import ScenarioConfig
+from jaxdrive.signals import StopRequest
 from jaxdrive.types import ObjectType, RoadType, TrafficLightState
 
 
@@ -63,8 +64,20 @@ def cmd_convert(args) -> int:
     printed summary; returns 1 if no scenario could be converted, else 0."""
     sc, cc = _configs(args)
     t = time.perf_counter()
-    m = convert_to_shards(args.inputs, args.out, sc, cc, shard_size=args.shard_size,
-                          compress=not args.no_compress, workers=args.workers)
+    notice = lambda name: (f"{name}: stopping; {args.out} stays as it was "  # noqa: E731
+                           f"({name} again to stop at once)")
+    with StopRequest(notice) as stop:
+        try:
+            m = convert_to_shards(args.inputs, args.out, sc, cc, shard_size=args.shard_size,
+                                  compress=not args.no_compress, workers=args.workers,
+                                  should_stop=lambda: stop.requested)
+        except (ConversionStopped, KeyboardInterrupt):
+            print(f"stopped by {stop.name}: nothing converted was kept, {args.out} is as "
+                  "it was.", file=sys.stderr)
+            return stop.exit_code if stop.requested else 130
+    if stop.requested:
+        print(f"{stop.name} arrived while the finished cache was put in place: it is "
+              "complete and kept.", file=sys.stderr)
     dt = time.perf_counter() - t
     n = m["num_scenarios"]
     print(f"converted {n} scenarios from {len(m['source_files'])} files into "

@@ -5,7 +5,8 @@ from __future__ import annotations
 import collections
 import multiprocessing
 import os
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,9 @@ def iter_converted(
             yield _convert_item(job)
         return
     ctx = multiprocessing.get_context("spawn")  # no fork after JAX started threads
-    with ctx.Pool(workers) as pool:
+    # Workers ignore Ctrl-C (the terminal sends it to them too): the parent decides.
+    with ctx.Pool(workers, initializer=signal.signal,
+                  initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
         # A bounded number in flight, in order: Pool.imap would read a whole multi-GB
         # input ahead into memory.
         pending = collections.deque()
@@ -92,10 +95,15 @@ def _unusable(arrays: dict[str, np.ndarray], info: dict, seen: dict[str, str]) -
     return None
 
 
+class ConversionStopped(Exception):
+    """``convert_to_shards`` stopped before publishing, as ``should_stop`` asked; the
+    output directory is as it was."""
+
+
 def convert_to_shards(
     paths: list[str], out_dir: str | os.PathLike, config: ScenarioConfig,
     convert: ConvertConfig | None = None, shard_size: int = 128, compress: bool = True,
-    workers: int = 1,
+    workers: int = 1, should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Convert JSON scenes / TFRecord files into shards in ``out_dir``; returns the manifest.
 
@@ -104,11 +112,16 @@ def convert_to_shards(
     leaves ``out_dir`` as it was. Unusable inputs are skipped with their reasons
     (manifest ``skipped``).
 
+    ``should_stop()`` is asked before each scene and before publishing: True stops the
+    conversion (``ConversionStopped``; nothing staged is left behind).
+
     Raises:
       ConfigError: an input is missing, ``out_dir`` is not a directory or holds a
         manifest listing files outside it, or ``shard_size`` < 1.
+      ConversionStopped: ``should_stop()`` said so.
     """
     convert = convert or ConvertConfig()
+    stop = should_stop or (lambda: False)
     files = expand_inputs(paths)
     with staged_cache(out_dir) as staging:
         writer = shards_lib.ShardWriter(staging, config, convert, shard_size, compress)
@@ -116,6 +129,8 @@ def convert_to_shards(
             writer.add_source(path)
         seen: dict[str, str] = {}
         for result in iter_converted(paths, config, convert, workers):
+            if stop():
+                raise ConversionStopped
             why = _unusable(result[1], result[2], seen) if result[0] == "ok" else None
             if result[0] == "ok" and why is None:
                 writer.add(result[1], result[2])
@@ -124,6 +139,8 @@ def convert_to_shards(
             else:
                 writer.skip(result[1]["source"], result[1]["reason"])
         manifest = writer.close()
+        if stop():  # the last moment the output directory can stay as it was
+            raise ConversionStopped
     return manifest
 
 

@@ -31,7 +31,6 @@ import collections
 import datetime
 import math
 import shutil
-import signal
 import time
 from pathlib import Path
 
@@ -67,6 +66,7 @@ from jaxdrive.runs.load import (
 )
 from jaxdrive.runs.lock import LOCK_FILE, RunLock
 from jaxdrive.scenarios.pool import make_pool
+from jaxdrive.signals import StopRequest
 from jaxdrive.telemetry.writers import ConsoleProgress, JsonlWriter, WandbWriter, Writers
 from jaxdrive.train.placement import Placement, default_mesh, procedural_params
 from jaxdrive.train.ppo import PPO
@@ -181,36 +181,10 @@ class TrainingDiverged(RuntimeError):
     saved."""
 
 
-class _StopFlag:
+def _stop_flag() -> StopRequest:
     """The first Ctrl-C or SIGTERM asks the loop to save and stop; a second one aborts."""
-
-    SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
-
-    def __init__(self):
-        self.requested = False
-        self._previous = {}
-
-    def __enter__(self):
-        def handler(signum, frame):
-            if self.requested:
-                raise KeyboardInterrupt
-            self.requested = True
-            name = self.SIGNALS.get(signum, f"signal {signum}")
-            print(f"\n{name}: finishing this iteration, saving a checkpoint "
-                  f"({name} again to abort)", flush=True)
-
-        for signum in self.SIGNALS:
-            try:
-                self._previous[signum] = signal.signal(signum, handler)
-            except ValueError:  # not the main thread: no handler, default behaviour
-                pass
-        return self
-
-    def __exit__(self, *exc):
-        for signum, previous in self._previous.items():
-            # None: the handler was installed outside Python; the default is closest.
-            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
-        self._previous.clear()
+    return StopRequest(lambda name: f"\n{name}: finishing this iteration, saving a "
+                                    f"checkpoint ({name} again to abort)")
 
 
 def _guarded(train_step):
@@ -729,7 +703,7 @@ class _Run:
         leaf_names = guarded_leaf_names(self.state)
         read_at = 0.0  # when the previous iteration's metrics arrived
         try:
-            with _StopFlag() as stop:
+            with _stop_flag() as stop:
                 while pending is not None or (it < self.n_it and not self.stopped_early
                                               and not self._stop_agreed(stop)):
                     if pending is None:
@@ -791,7 +765,7 @@ class _Run:
         self._close(raise_errors=True)
         return last
 
-    def _stop_agreed(self, stop: _StopFlag) -> bool:
+    def _stop_agreed(self, stop: StopRequest) -> bool:
         """Whether a stop was requested here or, in a multi-process job, in any process
         (every process then stops after the same iteration)."""
         if jax.process_count() > 1:

@@ -1,0 +1,59 @@
+"""Ctrl-C and SIGTERM as a request to stop at the next safe point.
+
+A long command (training, data conversion) installs ``StopRequest`` around its work: the
+first signal is only recorded (nothing is raised in the middle of a write or inside a
+callback, where Python would print "Exception ignored" and carry on), the work checks
+``requested`` where stopping leaves its outputs consistent, and a second signal raises
+``KeyboardInterrupt`` at once. The exit code of a stop is ``128 + signal`` (130, 143).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
+class StopRequest:
+    """Context manager: records the first Ctrl-C or SIGTERM (``requested``, ``name``,
+    ``exit_code``); ``notice(name)`` is printed when it arrives; a second one raises
+    ``KeyboardInterrupt``. Outside the main thread nothing is installed."""
+
+    def __init__(self, notice: Callable[[str], str] | None = None):
+        self.signum: int | None = None
+        self._notice = notice
+        self._previous: dict = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return NAMES.get(self.signum, f"signal {self.signum}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or 0)
+
+    def __enter__(self) -> StopRequest:
+        def handler(signum, frame):
+            if self.signum is not None:
+                raise KeyboardInterrupt
+            self.signum = signum
+            if self._notice is not None:
+                print(self._notice(self.name), flush=True)
+
+        for signum in NAMES:
+            try:
+                self._previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread: no handler, default behaviour
+                pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self._previous.items():
+            # None: the handler was installed outside Python; the default is closest.
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._previous.clear()
