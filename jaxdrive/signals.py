@@ -21,27 +21,26 @@ class StopRequest:
     ``KeyboardInterrupt``. Outside the main thread nothing is installed."""
 
     def __init__(self, notice: Callable[[str], str] | None = None):
+        # ``requested`` may also be set by the caller (e.g. when another process of a
+        # job asked to stop); ``signum`` is this process's signal, if any.
+        self.requested = False
         self.signum: int | None = None
         self._notice = notice
         self._previous: dict = {}
 
     @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-    @property
     def name(self) -> str:
-        return NAMES.get(self.signum, f"signal {self.signum}")
+        return NAMES.get(self.signum, "a stop request")
 
     @property
     def exit_code(self) -> int:
-        return 128 + int(self.signum or 0)
+        return 128 + int(self.signum or signal.SIGTERM)
 
     def __enter__(self) -> StopRequest:
         def handler(signum, frame):
-            if self.signum is not None:
+            if self.requested:
                 raise KeyboardInterrupt
-            self.signum = signum
+            self.requested, self.signum = True, signum
             if self._notice is not None:
                 print(self._notice(self.name), flush=True)
 

@@ -257,3 +257,26 @@ def test_resume_to_fewer_steps_than_done_is_refused_and_changes_nothing(
             "agent-steps (3 iterations)") in err
     assert (run_dir / "config.yaml").read_text() == before
     assert not (run_dir / "config.prev.yaml").exists()
+
+
+def test_sigterm_during_setup_stops_with_one_line_and_no_run_directory(
+        tmp_path, monkeypatch, capsys, reference):
+    """Issue 40, item 5: SIGTERM before the first iteration exited 143 with no message and
+    left a run directory holding only config.yaml and run.lock."""
+    original = run.Checkpointer.__init__
+
+    def init_then_sigterm(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # mid set-up: the env and policy come next
+
+    monkeypatch.setattr(run.Checkpointer, "__init__", init_then_sigterm)
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(_data(tmp_path / "runs")))
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["--config", str(config_file)]) == 143
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM during set-up, before the first iteration" in err
+    assert "Traceback" not in err and "error:" not in err
+    runs = tmp_path / "runs"
+    assert not runs.exists() or list(runs.iterdir()) == []  # the unused run is removed
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is put back

@@ -60,6 +60,7 @@ from jaxdrive.runs.load import read_run_config
 from jaxdrive.runs.lock import RunLockedError
 from jaxdrive.train.population import train_population
 from jaxdrive.train.run import (
+    StoppedAtStartup,
     TrainingDiverged,
     new_run_dir,
     remove_unused_run_dir,
@@ -241,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
 def _failure(e: BaseException, config: RunConfig, run_dir: Path) -> int | None:
     """Prints ``error: ...`` for a known failure and returns its exit code; None for
     anything else (re-raised with its traceback)."""
+    if isinstance(e, (StoppedAtStartup, KeyboardInterrupt)):  # asked for: no "error:"
+        print(str(e) if isinstance(e, StoppedAtStartup) else
+              "stopped at once (a second Ctrl-C or SIGTERM)", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     if isinstance(e, INPUT_ERRORS):
         message, code = str(e), 2
     elif _out_of_memory(e):

@@ -295,11 +295,32 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = 
     """
     run_dir = Path(run_dir)
     if not is_main_process():  # process 0 holds the lock for the whole job
-        return _Run(config, run_dir, resume, quiet, stop_when).loop()
+        return _start(config, run_dir, resume, quiet, stop_when).loop()
     with RunLock(run_dir, force=force_unlock) as lock:
         if lock.note and not quiet:
             print(f"note: {lock.note}", flush=True)
-        return _Run(config, run_dir, resume, quiet, stop_when).loop()
+        return _start(config, run_dir, resume, quiet, stop_when).loop()
+
+
+class StoppedAtStartup(Exception):
+    """Ctrl-C or SIGTERM arrived while the run was being set up (before its first
+    iteration): nothing was trained or saved. ``exit_code``: 130 or 143."""
+
+    def __init__(self, name: str, exit_code: int):
+        super().__init__(f"stopped by {name} during set-up, before the first iteration: "
+                         "nothing was trained")
+        self.exit_code = exit_code
+
+
+def _start(config, run_dir, resume, quiet, stop_when) -> _Run:
+    """The set-up run (``_Run``), with Ctrl-C and SIGTERM recorded meanwhile: either one
+    ends it once set up (``StoppedAtStartup``), its files closed."""
+    with StopRequest() as startup:
+        run = _Run(config, run_dir, resume, quiet, stop_when)
+    if startup.requested:
+        run._close(raise_errors=False)
+        raise StoppedAtStartup(startup.name, startup.exit_code)
+    return run
 
 
 def remove_unused_run_dir(run_dir: Path) -> bool:
