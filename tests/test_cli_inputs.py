@@ -160,3 +160,14 @@ def test_work_larger_than_memory_is_refused_with_the_estimate(capsys):
                  capsys, "needs about", "GiB of memory")
     _usage_error(render_cli.main, ["--size", "100000"], capsys, "--size", "<= 8,192")
     _usage_error(render_cli.main, ["--fps", "1000000000"], capsys, "--fps", "<= 240")
+
+
+def test_a_stray_directory_among_the_checkpoints_is_not_a_step(tmp_path):
+    """Issue 40, item 6: ``checkpoints/last/²`` ('²'.isdigit() is True) was a ValueError
+    traceback wherever steps were listed."""
+    from jaxdrive.runs.checkpoint import Checkpointer, is_step_name
+
+    for name in ("7", "12", "²", "٣", "x1"):
+        (tmp_path / "checkpoints" / "last" / name).mkdir(parents=True)
+    assert Checkpointer(tmp_path / "checkpoints").all_steps() == [7, 12]
+    assert [is_step_name(n) for n in ("7", "²", "٣", "")] == [True, False, False, False]

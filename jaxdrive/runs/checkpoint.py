@@ -329,6 +329,12 @@ def _check_like_saved(saved: Any, target: Any, where: Path) -> None:
                          f"{'; '.join(problems[:5])}{more}")
 
 
+def is_step_name(name: str) -> bool:
+    """Whether a directory name under ``last/`` or ``best/`` is a step: ASCII digits
+    only (``str.isdigit`` also takes '²', which ``int`` refuses)."""
+    return name.isascii() and name.isdigit()
+
+
 class Checkpointer:
     """Checkpoints of one run under `directory`: the last `keep_last` saves plus the best one.
 
@@ -412,7 +418,8 @@ class Checkpointer:
         path = self.directory / which
         if not path.is_dir():
             return []
-        return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit() and p.is_dir())
+        return sorted(int(p.name) for p in path.iterdir()
+                      if is_step_name(p.name) and p.is_dir())
 
     def _legacy(self) -> bool:
         """Saved before checksums existed: no marker and no step with a record."""
@@ -600,7 +607,7 @@ class Checkpointer:
         is an OSError (disk full, permissions), else the original error."""
         for p in partial:
             with contextlib.suppress(OSError):
-                _remove_dir(p) if p.name.isdigit() else shutil.rmtree(p)
+                _remove_dir(p) if is_step_name(p.name) else shutil.rmtree(p)
         for manager in self._managers.values():
             with contextlib.suppress(Exception):
                 manager.reload()

@@ -49,7 +49,12 @@ from jaxdrive.models.policy import Policy, param_count
 from jaxdrive.parallel import gather_shares, replicated, to_global
 from jaxdrive.render.record import Recorder, VideoConfig, policy_actor, record
 from jaxdrive.render.video import VideoSink
-from jaxdrive.runs.checkpoint import BackgroundSaver, Checkpointer, host_snapshot
+from jaxdrive.runs.checkpoint import (
+    BackgroundSaver,
+    Checkpointer,
+    host_snapshot,
+    is_step_name,
+)
 from jaxdrive.runs.config import (
     CheckpointConfig,
     EvaluationConfig,
@@ -338,7 +343,7 @@ def remove_unused_run_dir(run_dir: Path) -> bool:
     if metrics.exists() and metrics.stat().st_size > 0:
         return False
     ckpt = run_dir / "checkpoints"
-    if ckpt.exists() and any(p.name.isdigit() for w in ("last", "best") if (ckpt / w).is_dir()
+    if ckpt.exists() and any(is_step_name(p.name) for w in ("last", "best") if (ckpt / w).is_dir()
                              for p in (ckpt / w).iterdir()):
         return False
     shutil.rmtree(run_dir)
