@@ -167,18 +167,67 @@ def test_a_kill_during_the_first_save_leaves_nothing_restorable_and_the_writer_c
     writer.close()
 
 
-def test_directories_saved_before_checksums_still_load_and_get_records(tmp_path, caplog):
-    with Checkpointer(tmp_path) as ckpt:
-        ckpt.save(1, _state(1), {"step": 1})
-    (tmp_path / "integrity.json").unlink()
-    (tmp_path / "last" / "1" / integrity.RECORD).unlink()
+def _legacy_copy(saved: Path, dest: Path) -> Path:
+    """A copy of ``saved`` as an older jaxdrive left it: no marker, no checksum records."""
+    shutil.copytree(saved, dest)
+    (dest / "integrity.json").unlink()
+    for record in dest.glob(f"*/*/{integrity.RECORD}"):
+        record.unlink()
+    return dest
+
+
+def test_directories_saved_before_checksums_still_load_and_get_records(saved, tmp_path,
+                                                                        caplog):
+    legacy = _legacy_copy(saved, tmp_path / "ckpt")
     with caplog.at_level(logging.WARNING, logger="jaxdrive.runs.checkpoint"):
-        _assert_equal(Checkpointer(tmp_path).restore(_state(0))[0], _state(1))
+        _assert_equal(Checkpointer(legacy).restore(_state(0))[0], _state(2))
     assert "no checksums" in caplog.text
-    writer = Checkpointer(tmp_path)
-    assert writer.recover() == [f"{tmp_path / 'last' / '1'}: saved without checksums (older "
-                                "jaxdrive); recorded them now"]
-    assert writer.problems(1) == [] and (tmp_path / "integrity.json").exists()
+    assert not (legacy / "integrity.json").exists()  # readers change nothing
+    writer = Checkpointer(legacy)
+    assert writer.recover() == [
+        f"{legacy / 'last' / str(s)}: saved without checksums (older jaxdrive); read back "
+        "intact, recorded them now" for s in (1, 2)]
+    assert writer.problems(1) == [] and writer.problems(2) == []
+    assert json.loads((legacy / "integrity.json").read_text()) == {
+        "checksums": integrity.RECORD, "algorithm": "sha256"}
+    # From now on the records guard those bytes like any save's.
+    _damage(legacy / "last" / "2" / "metadata" / "metadata", "flip")
+    assert writer.problems(2) and writer.problems(1) == []
+
+
+def test_a_damaged_step_saved_before_checksums_gets_no_checksums(saved, tmp_path, caplog):
+    """Issue 40, item 3: resuming a run saved before checksums recorded checksums over a
+    damaged step's bytes (which then passed verification) and died in a JSONDecodeError
+    traceback. A checksum is written only for bytes read back intact."""
+    legacy = _legacy_copy(saved, tmp_path / "ckpt")
+    damaged_file = legacy / "last" / "2" / "state" / "_METADATA"
+    _damage(damaged_file, "flip")
+    # Readers: the newest readable step, the unreadable one named, nothing written.
+    with caplog.at_level(logging.WARNING, logger="jaxdrive.runs.checkpoint"):
+        state, meta = Checkpointer(legacy).restore(_state(0))
+    _assert_equal(state, _state(1))
+    assert meta == {"step": 1}
+    assert f"{legacy / 'last' / '2'}: saved without checksums by an older jaxdrive, and " \
+           "its files cannot be read" in caplog.text
+    with pytest.raises(CheckpointError, match=r"last/2: saved without checksums .* cannot "
+                                              r"be read: .*restore another step"):
+        Checkpointer(legacy).restore_raw(step=2)
+    assert not list(legacy.glob(f"*/*/{integrity.RECORD}"))
+    # The writer reads each step back: step 1 gets checksums, step 2 goes to damaged/.
+    writer = Checkpointer(legacy)
+    notes = writer.recover()
+    assert notes[0] == (f"{legacy / 'last' / '1'}: saved without checksums (older "
+                        "jaxdrive); read back intact, recorded them now")
+    assert notes[1].startswith(f"{legacy / 'last' / '2'} cannot be used (saved without "
+                               "checksums by an older jaxdrive, and its files cannot be "
+                               "read: ")
+    assert len(notes) == 2 and writer.all_steps() == [1]
+    [moved] = (legacy / "damaged").iterdir()
+    assert not (moved / integrity.RECORD).exists()  # no checksum over the damaged bytes
+    assert writer.restore_metadata() == {"step": 1}
+    writer.save(2, _state(5), {"step": 2})  # the step can be saved again
+    _assert_equal(Checkpointer(legacy).restore(_state(0))[0], _state(5))
+    assert Checkpointer(legacy).recover() == []
 
 
 class _Killed(BaseException):

@@ -39,7 +39,7 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -305,6 +305,18 @@ def _lookup(metadata: Mapping[str, Any], key: str) -> Any:
     return node
 
 
+class _TargetMismatch(ValueError):
+    """The restore target differs from the saved state (the caller's error, not damage)."""
+
+
+def _unreadable(e: BaseException) -> str:
+    """Why a step saved without checksums cannot be used, in one line."""
+    text = " ".join(str(e).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return (f"saved without checksums by an older jaxdrive, and its files cannot be read: "
+            f"{type(e).__name__}: {text}")
+
+
 def _check_like_saved(saved: Any, target: Any, where: Path) -> None:
     """Raises if ``target`` arrays differ in shape or dtype from the saved ones.
 
@@ -325,7 +337,7 @@ def _check_like_saved(saved: Any, target: Any, where: Path) -> None:
                             f"{list(leaf.shape)}")
     if problems:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise ValueError(f"restore target does not match the checkpoint {where}: "
+        raise _TargetMismatch(f"restore target does not match the checkpoint {where}: "
                          f"{'; '.join(problems[:5])}{more}")
 
 
@@ -421,19 +433,53 @@ class Checkpointer:
         return sorted(int(p.name) for p in path.iterdir()
                       if is_step_name(p.name) and p.is_dir())
 
-    def _legacy(self) -> bool:
-        """Saved before checksums existed: no marker and no step with a record."""
-        if (self.directory / _MARKER).exists():
-            return False
-        return not any(integrity.has_record(self.directory / w / str(s))
-                       for w in _WHICH for s in self._steps(w))
+    def _marker(self) -> dict | None:
+        """The directory's integrity marker; None if it has none ({} if unreadable)."""
+        path = self.directory / _MARKER
+        if not path.exists():
+            return None
+        try:
+            marker = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return {}
+        return marker if isinstance(marker, dict) else {}
+
+    def _unverified(self) -> set[tuple[str, int]]:
+        """(which, step) of the steps saved before checksums existed and not yet checked.
+
+        A directory with neither a marker nor any record was saved by an older jaxdrive:
+        all its steps. Otherwise the steps the marker lists as such (recover() wrote them)
+        that still have no record. Nothing else may lack a record: that is an unfinished
+        save.
+        """
+        marker = self._marker()
+        if marker is None:
+            steps = {(w, s) for w in _WHICH for s in self._steps(w)}
+            if any(integrity.has_record(self.directory / w / str(s)) for w, s in steps):
+                return set()
+            return steps
+        listed = marker.get("unverified", [])
+        out = set()
+        for entry in listed if isinstance(listed, list) else []:
+            which, _, step = str(entry).partition("/")
+            if which in _WHICH and is_step_name(step) and (self.directory / entry).is_dir() \
+                    and not integrity.has_record(self.directory / entry):
+                out.add((which, int(step)))
+        return out
 
     def problems(self, step: int, which: str = "last") -> list[str]:
-        """Why ``which/step`` cannot be restored (damaged or unfinished); empty if intact."""
-        return integrity.problems(self.directory / which / str(int(step)), self._legacy())
+        """Why ``which/step`` cannot be restored (damaged or unfinished); empty if intact
+        (or saved before checksums existed and not checked yet)."""
+        step = int(step)
+        return integrity.problems(self.directory / which / str(step),
+                                  (which, step) in self._unverified())
 
-    def _resolve_step(self, step: int | None, which: str) -> int:
+    def _resolve_step(self, step: int | None, which: str,
+                      unreadable: Mapping[int, str] | None = None) -> int:
         """An intact step of ``which``: ``step``, or the newest intact one.
+
+        ``unreadable``: step -> why it could not be read (steps saved before checksums
+        existed, found unreadable by a restore); those steps are skipped.
 
         Raises:
           FileNotFoundError: no checkpoint (or not that step).
@@ -450,14 +496,14 @@ class Checkpointer:
         if step is not None and int(step) not in steps:
             raise FileNotFoundError(
                 f"no checkpoint for step {step} under {where}; available steps: {steps}")
-        legacy = self._legacy()
-        if legacy:
-            _log.warning("checkpoints under %s have no checksums (saved by an older jaxdrive): "
-                         "restored without verification", self.directory)
+        unverified = {st for w, st in self._unverified() if w == which}
         candidates = [int(step)] if step is not None else steps[::-1]
         skipped = []
         for s in candidates:
-            found = integrity.problems(where / str(s), legacy)
+            if unreadable and s in unreadable:
+                skipped.append(unreadable[s])
+                continue
+            found = integrity.problems(where / str(s), s in unverified)
             if not found:
                 break
             skipped.append(f"{where / str(s)}: {integrity.describe(found)}")
@@ -470,6 +516,9 @@ class Checkpointer:
                 f"no intact checkpoint under {where}: " + "; ".join(skipped) +
                 ". Each was damaged after it was saved or its save did not finish; start a "
                 "new run (e.g. --config RUN_DIR/config.yaml) or restore a copy")
+        if s in unverified:
+            _log.warning("checkpoint %s has no checksums (saved by an older jaxdrive): "
+                         "restored without verification", where / str(s))
         for line in skipped:
             _log.warning("skipped checkpoint %s", line)
         self.skipped = skipped
@@ -489,8 +538,41 @@ class Checkpointer:
         does the work and the others wait for it (and return no notes).
         """
         self._recovered = True
-        notes = self._recover_files() if is_main_process() else []
+        main = is_main_process()
+        notes = self._recover_files() if main else []
         barrier("jaxdrive-checkpoint-recover")
+        notes += self._check_unverified()
+        if main:
+            notes += self._recover_best()
+            self._prune("last", self.keep_last)  # a kill may have come before the pruning
+            self._prune("best", 1)
+        barrier("jaxdrive-checkpoint-recovered")
+        for manager in self._managers.values():
+            manager.reload()
+        return notes
+
+    def _check_unverified(self) -> list[str]:
+        """Reads every step saved before checksums existed: the ones that restore get
+        their checksums recorded (bytes just read back), the others go to ``damaged/``.
+        A checksum is never written over bytes nobody read. Every process reads (an orbax
+        restore is collective); process 0 records and moves."""
+        main, notes = is_main_process(), []
+        for which, step in sorted(self._unverified()):
+            path = self.directory / which / str(step)
+            try:
+                self._restore_raw_step(step, which)
+            except Exception as e:  # noqa: BLE001 - orbax and tensorstore raise many kinds
+                if main:
+                    notes.append(f"{path} cannot be used ({_unreadable(e)}); moved to "
+                                 f"{self._quarantine(path, which)}")
+            else:
+                if main:
+                    integrity.write_record(path)
+                    notes.append(f"{path}: saved without checksums (older jaxdrive); read "
+                                 "back intact, recorded them now")
+            barrier(f"jaxdrive-checkpoint-checked-{which}-{step}")
+        if notes and main:
+            self._write_marker()
         for manager in self._managers.values():
             manager.reload()
         return notes
@@ -499,23 +581,17 @@ class Checkpointer:
         if not self.directory.is_dir():
             return []
         notes = self._clean_tmp()
-        legacy = self._legacy()
+        unverified = self._unverified()
+        self._write_marker(unverified)
         for which in _WHICH:
             for s in self._steps(which):
                 path = self.directory / which / str(s)
-                if legacy and not integrity.has_record(path):
-                    integrity.write_record(path)
-                    notes.append(f"{path}: saved without checksums (older jaxdrive); "
-                                 "recorded them now")
-                    continue
+                if (which, s) in unverified:
+                    continue  # read back by _check_unverified
                 found = integrity.problems(path, legacy=False)
                 if found:
                     notes.append(f"{path} cannot be used ({integrity.describe(found)}); "
                                  f"moved to {self._quarantine(path, which)}")
-        self._write_marker()
-        notes += self._recover_best()
-        self._prune("last", self.keep_last)  # a kill may have come before the pruning
-        self._prune("best", 1)
         return notes
 
     def _clean_tmp(self) -> list[str]:
@@ -537,12 +613,16 @@ class Checkpointer:
         os.rename(path, dest)
         return dest
 
-    def _write_marker(self) -> None:
-        marker = self.directory / _MARKER
-        if not marker.exists():
+    def _write_marker(self, unverified: set[tuple[str, int]] | None = None) -> None:
+        """Writes the marker ("steps here carry checksum records") listing the steps saved
+        before checksums existed that are not checked yet; rewritten only on a change."""
+        unverified = self._unverified() if unverified is None else unverified
+        marker = {"checksums": integrity.RECORD, "algorithm": "sha256"}
+        if unverified:
+            marker["unverified"] = [f"{w}/{s}" for w, s in sorted(unverified)]
+        if self._marker() != marker:
             self.directory.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(marker, json.dumps(
-                {"checksums": integrity.RECORD, "algorithm": "sha256"}) + "\n")
+            atomic_write_text(self.directory / _MARKER, json.dumps(marker) + "\n")
 
     def _recover_best(self) -> list[str]:
         """Copies to ``best/`` the best ``last/`` step newer than the best one, if it beats
@@ -745,6 +825,29 @@ class Checkpointer:
         """Saved steps in ``which`` ("last" or "best"), ascending (not verified)."""
         return self._steps(which)
 
+    def _read(self, step: int | None, which: str, read: Callable[[int], Any]) -> Any:
+        """``read(s)`` for ``s`` = ``step`` or (None) the newest intact step.
+
+        A step saved before checksums existed is verified by reading it: if ``read``
+        fails there, it is named in a CheckpointError (``step`` given) or skipped like a
+        damaged one. Errors reading a checksummed step, and a ValueError of a target
+        that does not match the save, are raised as they are."""
+        unreadable: dict[int, str] = {}
+        while True:
+            s = self._resolve_step(step, which, unreadable)
+            if (which, s) not in self._unverified():
+                return read(s)
+            try:
+                return read(s)
+            except _TargetMismatch:
+                raise
+            except Exception as e:  # noqa: BLE001 - orbax and tensorstore raise many kinds
+                unreadable[s] = f"{self.directory / which / str(s)}: {_unreadable(e)}"
+                _log.warning("skipped checkpoint %s", unreadable[s])
+                if step is not None:
+                    raise CheckpointError(f"checkpoint {unreadable[s]}; restore another "
+                                          f"step (available: {self._steps(which)})") from e
+
     def restore(self, target: Any, step: int | None = None,
                 which: str = "last") -> tuple[Any, dict]:
         """Restores a saved state into the structure of ``target``, bit-exactly.
@@ -766,23 +869,32 @@ class Checkpointer:
             the message names each path and the reason.
           ValueError: ``target`` differs from the saved state in structure, shape or dtype.
         """
-        step = self._resolve_step(step, which)
-        manager = self._fresh_manager(which)
         storable = _to_storable(target)
-        _check_like_saved(manager.item_metadata(step)[_STATE].tree, storable,
-                          self.directory / which / str(step))
-        restored = manager.restore(step, args=ocp.args.Composite(**{
-            _STATE: ocp.args.StandardRestore(storable),
-            _META: ocp.args.JsonRestore()}))
-        return _from_storable(restored[_STATE], target), restored[_META]
+
+        def read(s: int) -> tuple[Any, dict]:
+            manager = self._fresh_manager(which)
+            _check_like_saved(manager.item_metadata(s)[_STATE].tree, storable,
+                              self.directory / which / str(s))
+            restored = manager.restore(s, args=ocp.args.Composite(**{
+                _STATE: ocp.args.StandardRestore(storable),
+                _META: ocp.args.JsonRestore()}))
+            return _from_storable(restored[_STATE], target), restored[_META]
+
+        return self._read(step, which, read)
 
     def restore_metadata(self, step: int | None = None, which: str = "last") -> dict:
         """Only the metadata of a save (its files are verified, no arrays are read)."""
-        step = self._resolve_step(step, which)
-        # Read as the JSON file it is (verified above), not through orbax: an orbax
+        # Read as the JSON file it is (verified first), not through orbax: an orbax
         # restore is a collective in a multi-process job, and only process 0 may get here.
-        path = self.directory / which / str(step) / _META / _META
-        return json.loads(path.read_text(encoding="utf-8"))
+        def read(s: int) -> dict:
+            meta = json.loads((self.directory / which / str(s) / _META / _META).read_text(
+                encoding="utf-8"))
+            if not isinstance(meta, dict):
+                raise ValueError(f"its metadata is a JSON {type(meta).__name__}, not an "
+                                 "object")
+            return meta
+
+        return self._read(step, which, read)
 
     def restore_raw(self, step: int | None = None, which: str = "last") -> tuple[Any, dict]:
         """Restores without a target: (state as saved, metadata).
@@ -791,7 +903,9 @@ class Checkpointer:
         of arrays, typed keys as their raw uint32 key data, and zero-size arrays as
         one-element placeholders. Steps are chosen and verified as in ``restore``.
         """
-        step = self._resolve_step(step, which)
+        return self._read(step, which, lambda s: self._restore_raw_step(s, which))
+
+    def _restore_raw_step(self, step: int, which: str) -> tuple[Any, dict]:
         manager = self._fresh_manager(which)
         # Onto this process's first device, whatever mesh saved it (a run trained on 8
         # devices is evaluated on one): orbax needs the target layout spelled out.

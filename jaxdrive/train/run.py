@@ -470,9 +470,12 @@ class _Run:
         to ``checkpoints/damaged/``, an interrupted best re-copied; each printed as a
         note."""
         meta = self.ckpt.restore_metadata()
-        for note in self.ckpt.recover():
+        notes = self.ckpt.recover()
+        for note in notes:
             self.log(f"note: {note}")
-        return meta
+        # Steps saved before checksums are read back by recover(): an unreadable newest
+        # one is moved aside, and the run resumes from the newest step left.
+        return self.ckpt.restore_metadata() if notes else meta
 
     def _record_config(self) -> None:
         """Writes the resumed run's config to config.yaml (atomically) when ``--set``
