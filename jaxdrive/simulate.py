@@ -28,6 +28,7 @@ import yaml
 
 from jaxdrive.agents.controllers import CONTROLLERS
 from jaxdrive.agents.rollout import RolloutStats, make_rollout
+from jaxdrive.command import add_debug_flag, run_command
 from jaxdrive.config import (
     MAX_SEED,
     ConfigError,
@@ -77,6 +78,7 @@ def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, int]:
     counts."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.simulate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_flag(p)
     p.add_argument("--scenes", type=int, default=256, help="procedural scenarios in the pool")
     p.add_argument("--steps", type=int, default=400, help="steps per environment")
     p.add_argument("--envs", type=int, default=None, help="parallel envs (default: --scenes)")
@@ -235,4 +237,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main, "simulate"))

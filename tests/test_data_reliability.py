@@ -492,3 +492,82 @@ def test_sigterm_during_convert_leaves_the_output_as_it_was(tmp_path, monkeypatc
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if "converting" in p.name] == []
     assert signal.getsignal(signal.SIGTERM) is not None  # the handler was put back
+
+
+def _convert_campaign(tmp_path, capsys, rounds: int, seed: int) -> dict:
+    """Ctrl-C or SIGTERM at random moments of ``data convert`` into an existing cache
+    (``run_command``, as ``python -m jaxdrive.data`` runs it). Each outcome is either a
+    clean finish (exit 0, the new cache complete) or a clean stop (130 / 143, one line,
+    the cache byte for byte as it was, nothing staged left); never "ignored"."""
+    import random
+    import signal
+    import time
+
+
+    def scenes(path, seeds):
+        write_records(path, [synth_scenario(s, **SYNTH, scenario_id=f"s{s}")
+                             .SerializeToString() for s in seeds])
+        return str(path)
+
+    old, new = scenes(tmp_path / "old.tfrecord", [1]), scenes(tmp_path / "new.tfrecord",
+                                                                range(2, 14))
+    out = tmp_path / "cache"
+    argv = ["convert", new, "--out", str(out), *SIZES]
+    t0 = time.perf_counter()
+    assert cli(argv) == 0  # the length of a conversion, to draw moments within it
+    span = time.perf_counter() - t0
+    rng = random.Random(seed)
+    outcomes = {}
+    late = []  # signals that came after the command ended (run_command put this back)
+    previous = {n: signal.signal(n, lambda n, f: late.append(n))
+                for n in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _rounds(argv, old, out, rounds, rng, span, capsys, tmp_path, outcomes, late)
+    finally:
+        for n, h in previous.items():
+            signal.signal(n, h)
+    return outcomes
+
+
+def _rounds(argv, old, out, rounds, rng, span, capsys, tmp_path, outcomes, late):
+    import signal
+    import threading
+
+    from jaxdrive.command import run_command
+
+    for _ in range(rounds):
+        shutil.rmtree(out)
+        assert cli(["convert", old, "--out", str(out), *SIZES]) == 0
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        signum = rng.choice([signal.SIGINT, signal.SIGTERM])
+        timer = threading.Timer(rng.uniform(0, 1.2 * span), os.kill, (os.getpid(), signum))
+        capsys.readouterr()
+        timer.start()
+        code = run_command(cli, "data", argv)
+        timer.cancel()
+        timer.join()
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+        assert [p.name for p in tmp_path.iterdir() if "converting" in p.name] == []
+        if code == 0:
+            ids = [s["scenario_id"] for s in
+                   json.loads((out / "manifest.json").read_text())["scenarios"]]
+            assert ids == [f"s{i}" for i in range(2, 14)]
+        else:
+            assert code == 128 + signum, (code, signum, err)
+            assert len(err.strip().splitlines()) == 1 and err.startswith("stopped by ")
+            assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        key = "late" if code == 0 and late else code
+        late.clear()
+        outcomes[key] = outcomes.get(key, 0) + 1
+
+
+def test_signals_at_random_moments_of_a_conversion(tmp_path, capsys):
+    outcomes = _convert_campaign(tmp_path, capsys, rounds=6, seed=40)
+    assert sum(outcomes.values()) == 6
+
+
+@pytest.mark.slow  # a longer campaign of the same property (40 signals)
+def test_signals_at_random_moments_of_a_conversion_long(tmp_path, capsys):
+    outcomes = _convert_campaign(tmp_path, capsys, rounds=40, seed=41)
+    assert sum(outcomes.values()) == 40

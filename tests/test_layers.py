@@ -21,6 +21,7 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 LAYERS = (
     # atomic writes and safe names; the data mesh; multi-process setup
     ("files", "parallel", "distributed", "signals"),
+    ("command",),  # how every command line ends (stops, unexpected errors, --debug)
     # shared pytrees, config plumbing, box/segment math, k-nearest selection
     ("types", "config", "geometry", "selection"),
     ("resources",),  # host-memory estimates checked before the work

@@ -14,6 +14,7 @@ from jaxdrive.render.raster import AGENT_RGB, TRAIL_RGB, AgentColour, RenderConf
 from jaxdrive.render.record import FrameInfo, Recorder, VideoConfig, controller_actor, record
 from jaxdrive.render.video import (
     VideoSink,
+    VideoWriter,
     claim_path,
     count_video_frames,
     draw_overlay,
@@ -177,3 +178,27 @@ def test_trail_points_light_their_pixels_under_the_bodies():
     assert set(zip(*np.nonzero(lit), strict=True)) == {(7, 3), (7, 1)}
     # The body (2 x 1 m at the origin pixel) covers the trail point beneath it.
     assert np.all(image[7, 8] == np.array(AGENT_RGB[AgentColour.EGO], np.uint8))
+
+
+def test_a_video_stopped_midway_leaves_no_file(tmp_path):
+    """Issue 40: a stop (Ctrl-C, SIGTERM, an error) while a video is written leaves the
+    path as it was (absent), not a truncated mp4; a finished one is complete."""
+    frames = np.zeros((3, 16, 16, 3), np.uint8)
+    done = VideoWriter(tmp_path / "done.mp4", 16, 16)
+    done.write(frames)
+    assert not (tmp_path / "done.mp4").exists()  # nothing at the path until it is done
+    done.close()
+    assert count_video_frames(tmp_path / "done.mp4") == 3
+    stopped = VideoWriter(tmp_path / "stopped.mp4", 16, 16)
+    stopped.write(frames)
+    stopped.abort()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done.mp4"]
+
+
+def test_a_recording_stopped_midway_leaves_no_video(setup, tmp_path):
+    _, _, recorder = setup
+    with pytest.raises(KeyboardInterrupt):
+        with VideoSink(recorder, tmp_path, "render", step=0) as sink:
+            run(setup, 5, sink)
+            raise KeyboardInterrupt  # Ctrl-C after some frames were written
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []

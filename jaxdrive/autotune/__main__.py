@@ -1,5 +1,6 @@
 import sys
 
 from jaxdrive.autotune.cli import main
+from jaxdrive.command import run_command
 
-sys.exit(main())
+sys.exit(run_command(main, "autotune"))

@@ -39,6 +39,7 @@ from jaxdrive.autotune import (
     tune_eval,
     tune_training,
 )
+from jaxdrive.command import add_debug_flag
 from jaxdrive.config import ConfigError, int_arg, parse_overrides
 from jaxdrive.files import OutputError, check_writable_file, write_or_fallback
 from jaxdrive.runs.config import load_run_config
@@ -47,6 +48,7 @@ from jaxdrive.runs.config import load_run_config
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.autotune", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_flag(p)
     p.add_argument("--config", required=True,
                    help="YAML run config: a file or a preset name (quickstart, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[],

@@ -1,5 +1,6 @@
 import sys
 
 from jaxdrive.bench.cli import main
+from jaxdrive.command import run_command
 
-sys.exit(main())
+sys.exit(run_command(main, "bench"))

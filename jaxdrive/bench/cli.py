@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdrive.agents.rollout import scan_rollout
+from jaxdrive.command import add_debug_flag, run_command
 from jaxdrive.config import ConfigError, list_presets, parse_overrides, resolve_config_path
 from jaxdrive.env import Env, EnvConfig
 from jaxdrive.files import OutputError, check_writable_file, write_or_fallback
@@ -252,6 +253,7 @@ def _parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per benchmark."""
     p = argparse.ArgumentParser(prog="python -m jaxdrive.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_flag(p)
     sub = p.add_subparsers(dest="what", required=True)
     e = sub.add_parser("env", help="time the batched environment step")
     e.add_argument("--envs", type=int, nargs="+")
@@ -610,5 +612,5 @@ def _main_eval(args, argv) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main, "bench"))
 

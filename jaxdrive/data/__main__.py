@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from jaxdrive.command import add_debug_flag, run_command
 from jaxdrive.config import ConfigError, finite_float_arg
 from jaxdrive.data import shards as shards_lib
 from jaxdrive.data import subsets as subsets_lib
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     ``ConfigError``)."""
     parser = argparse.ArgumentParser(prog="python -m jaxdrive.data",
                                      description="Convert and inspect real driving data.")
+    add_debug_flag(parser)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("convert", help="JSON scenes / WOMD TFRecords -> npz shards")
     p.add_argument("inputs", nargs="+", help="files or directories (JSON, TFRecord, mixed)")
@@ -310,4 +312,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main, "data"))

@@ -48,6 +48,7 @@ from pathlib import Path
 import jax
 import yaml
 
+from jaxdrive.command import add_debug_flag
 from jaxdrive.config import (
     ConfigError,
     list_presets,
@@ -87,6 +88,7 @@ def default_config(config: str | None, suite: str | None) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_flag(p)
     p.add_argument("--config", default=None,
                    help="eval config YAML (eval: sections): a file or a preset name "
                         "(default: the preset eval/SUITE when --suite names one, e.g. "
@@ -119,6 +121,7 @@ def _merge_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.eval merge",
                                 description="Merge shard results files (--shard-id / "
                                             "--num-shards) into the serial run's results.")
+    add_debug_flag(p)
     p.add_argument("files", nargs="+", metavar="FILE", help="shard results files")
     p.add_argument("--out", required=True, metavar="FILE", help="merged results JSON path")
     return p

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
+from jaxdrive.command import add_debug_flag
 from jaxdrive.config import MAX_SEED, ConfigError, int_arg, merge, parse_overrides
 from jaxdrive.env import Env, episode_steps
 from jaxdrive.files import OutputError, atomic_open, atomic_write_text, check_writable
@@ -62,6 +63,7 @@ MAX_PROCEDURAL_INDEX = 1023
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.inspect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_flag(p)
     p.add_argument("--checkpoint", metavar="RUN_DIR", required=True,
                    help="a training run directory")
     p.add_argument("--which", default="best", choices=("best", "last"),

@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 
 from jaxdrive.agents.controllers import log_replay, random_actions
+from jaxdrive.command import add_debug_flag
 from jaxdrive.config import MAX_SEED, ConfigError, int_arg, parse_overrides
 from jaxdrive.env import Env, episode_steps
 from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
@@ -122,6 +123,7 @@ def build(args, config, loaded):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.render", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_flag(p)
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="a training run directory")
     p.add_argument("--which", default="best", choices=("best", "last"),
                    help="checkpoint of the run to load (default best)")

@@ -111,17 +111,25 @@ def draw_overlay(frame: np.ndarray, lines: Sequence[str]) -> np.ndarray:
 
 
 class VideoWriter:
-    """One mp4 fed frame by frame through imageio-ffmpeg's packaged ffmpeg."""
+    """One mp4 fed frame by frame through imageio-ffmpeg's packaged ffmpeg.
+
+    Frames go to a hidden sibling file; ``close`` renames it to ``path`` and ``abort``
+    removes it, so ``path`` is a complete video or absent (a stop or an error mid-video
+    leaves nothing half written)."""
 
     def __init__(self, path: str | os.PathLike, width: int, height: int, fps: int = 10):
         import imageio_ffmpeg
 
         self.path = Path(path)
+        # ffmpeg picks the container from the extension: keep ".mp4" last.
+        self._partial = self.path.with_name(f".{self.path.stem}.{os.getpid()}.partial"
+                                            f"{self.path.suffix}")
         self.frames = 0
         with _quiet_fork():
             self._gen = imageio_ffmpeg.write_frames(
-                str(self.path), (width, height), fps=fps, codec="libx264", pix_fmt_in="rgb24",
-                pix_fmt_out="yuv420p", macro_block_size=2, ffmpeg_log_level="error",
+                str(self._partial), (width, height), fps=fps, codec="libx264",
+                pix_fmt_in="rgb24", pix_fmt_out="yuv420p", macro_block_size=2,
+                ffmpeg_log_level="error",
             )
             self._gen.send(None)  # start ffmpeg
 
@@ -132,10 +140,25 @@ class VideoWriter:
             self.frames += 1
 
     def close(self) -> None:
-        """Finish the mp4 (ends ffmpeg's input); safe to call twice."""
+        """Finish the mp4 (ends ffmpeg's input) and publish it at ``path``; safe to call
+        twice."""
         if self._gen is not None:
-            self._gen.close()
-            self._gen = None
+            gen, self._gen = self._gen, None
+            try:
+                gen.close()
+            except BaseException:
+                self._partial.unlink(missing_ok=True)
+                raise
+            os.replace(self._partial, self.path)
+
+    def abort(self) -> None:
+        """Stop ffmpeg and remove the unfinished file (``path`` is left as it was)."""
+        if self._gen is not None:
+            gen, self._gen = self._gen, None
+            try:
+                gen.close()
+            finally:
+                self._partial.unlink(missing_ok=True)
 
 
 class VideoSink:
@@ -163,7 +186,7 @@ class VideoSink:
                     self.paths[(env_index, view)] = path
                     self._writers[(b, v)] = VideoWriter(path, c.width, c.height, c.fps)
         except BaseException:
-            self.close()
+            self.abort()
             raise
 
     def __call__(self, first: int, frames: np.ndarray, info: FrameInfo) -> None:
@@ -179,14 +202,32 @@ class VideoSink:
 
     def close(self) -> None:
         """Finish every mp4; ``paths`` then name complete files."""
+        try:
+            for w in self._writers.values():
+                w.close()
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Stop every unfinished mp4 and remove its file and its claimed (empty) path
+        (after an error or a stop)."""
         for w in self._writers.values():
-            w.close()
+            with contextlib.suppress(Exception):
+                w.abort()
+        for path in self.paths.values():
+            with contextlib.suppress(OSError):
+                if path.stat().st_size == 0:
+                    path.unlink()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 class FrameGrabber:

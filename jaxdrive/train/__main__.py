@@ -2,6 +2,7 @@
 
 import sys
 
+from jaxdrive.command import run_command
 from jaxdrive.train.cli import main
 
-sys.exit(main())
+sys.exit(run_command(main, "train"))

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import jax
 
+from jaxdrive.command import add_debug_flag
 from jaxdrive.config import ConfigError, parse_overrides
 from jaxdrive.distributed import (
     DEFAULT_TIMEOUT_S,
@@ -75,6 +76,7 @@ INPUT_ERRORS = (ConfigError, FileNotFoundError, RunLockedError, UnsafeNameError,
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_flag(p)
     p.add_argument("--config", default=None,
                    help="YAML run config (may inherits: others): a file or a preset name "
                         "(quickstart, selfplay_gpu, ...)")

@@ -1,0 +1,120 @@
+"""How every command line ends: one line for a stop or an unexpected error, never a
+traceback unless ``--debug`` asks for one.
+
+Each ``python -m jaxdrive.X`` runs its ``main`` through ``run_command``:
+
+- **Ctrl-C / SIGTERM** stop the command: ``stopped by Ctrl-C (...)`` and exit 130 / 143.
+  Commands that must finish a write first (training, ``data convert``) install their own
+  ``signals.StopRequest`` inside; everywhere else the signal unwinds the work at once
+  (outputs are written atomically, so they are either complete or as they were). A
+  signal that lands inside a callback, where Python only prints "Exception ignored" and
+  carries on, is delivered again a moment later: it is never lost.
+- **Unexpected exceptions** (a bug, not bad input: each command reports bad input itself
+  as ``error: ...`` and exit 2) print one line naming the exception and the file that
+  holds the full traceback, and exit 1. ``--debug`` anywhere on the command line prints
+  the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+
+from jaxdrive.signals import NAMES
+
+DEBUG_FLAG = "--debug"
+_REDELIVER_S = 0.05
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised by Ctrl-C or SIGTERM while a command runs (``signum``: which)."""
+
+    def __init__(self, signum: int):
+        super().__init__(NAMES.get(signum, f"signal {signum}"))
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum)
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    """Lists ``--debug`` in a command's ``--help`` (``run_command`` acts on it)."""
+    parser.add_argument(DEBUG_FLAG, action="store_true",
+                        help="on an unexpected error, print the full Python traceback "
+                             "instead of writing it to a file")
+
+
+def _raise_stop(signum: int, frame) -> None:
+    raise Stopped(signum)
+
+
+def _redeliver(hook: Callable) -> Callable:
+    """An unraisable hook that re-sends a swallowed stop signal from a timer thread (the
+    main thread then raises it again, outside the callback)."""
+
+    def unraisable(args) -> None:
+        if isinstance(args.exc_value, Stopped):
+            threading.Timer(_REDELIVER_S, os.kill,
+                            (os.getpid(), args.exc_value.signum)).start()
+            return
+        hook(args)
+
+    return unraisable
+
+
+def traceback_file(command: str, error: BaseException) -> str:
+    """Writes ``error``'s traceback to a new file in the temp directory; returns its path."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    fd, path = tempfile.mkstemp(prefix=f"jaxdrive-{command}-{stamp}-", suffix=".traceback.txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(f"python -m jaxdrive.{command} {' '.join(sys.argv[1:])}\n\n")
+        f.write("".join(traceback.format_exception(error)))
+    return path
+
+
+def run_command(main: Callable[[list[str]], int], command: str,
+                argv: Sequence[str] | None = None) -> int:
+    """Runs ``main(argv)`` (without ``--debug``) under the policy above; returns the exit
+    code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in argv
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    previous = {}
+    for signum in NAMES:
+        try:
+            previous[signum] = signal.signal(signum, _raise_stop)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+    hook, sys.unraisablehook = sys.unraisablehook, _redeliver(sys.unraisablehook)
+    try:
+        return main(argv)
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"stopped by {NAMES.get(signum, f'signal {signum}')}: jaxdrive.{command} did "
+              "not finish; outputs are complete or as they were", file=sys.stderr, flush=True)
+        return 128 + int(signum)
+    except Exception as e:  # noqa: BLE001 - the point: no traceback for anything
+        if debug:
+            raise
+        try:
+            where = f"the full traceback is in {traceback_file(command, e)}"
+        except OSError as write_error:
+            where = f"its traceback could not be saved ({write_error})"
+        message = " ".join(str(e).split())
+        message = message if len(message) <= 500 else message[:497] + "..."
+        print(f"error: jaxdrive.{command} failed unexpectedly: {type(e).__name__}: "
+              f"{message}\n{where}; rerun with {DEBUG_FLAG} to print it. This is a bug: "
+              "please report it with that file.", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        sys.unraisablehook = hook
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
