@@ -280,3 +280,79 @@ def test_sigterm_during_setup_stops_with_one_line_and_no_run_directory(
     runs = tmp_path / "runs"
     assert not runs.exists() or list(runs.iterdir()) == []  # the unused run is removed
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is put back
+
+
+def _signal_campaign(tmp_path, capsys, reference, rounds: int, seed: int) -> dict:
+    """Ctrl-C or SIGTERM at random moments of a whole training run (set-up, iterations,
+    saves, the summary), through ``run_command`` as ``python -m jaxdrive.train`` runs it.
+    Every outcome is clean: exit 0 with intact checkpoints whose newest holds the last
+    logged iteration (finished, or stopped after saving), or exit 130 / 143 with one line
+    and either no run directory (stopped during set-up) or intact checkpoints. Never a
+    traceback, never "ignored", no temporary directory left."""
+    import random
+    import threading
+    import time
+
+    from jaxdrive.command import run_command
+
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(_data(tmp_path / "runs")))
+    argv = ["--config", str(config_file)]
+    t0 = time.perf_counter()
+    assert cli.main(argv) == 0  # the program is compiled (``reference``): a warm run
+    span = time.perf_counter() - t0
+    rng = random.Random(seed)
+    late, outcomes = [], {}
+    previous = {n: signal.signal(n, lambda n, f: late.append(n))
+                for n in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for _ in range(rounds):
+            shutil.rmtree(tmp_path / "runs")
+            signum = rng.choice([signal.SIGINT, signal.SIGTERM])
+            timer = threading.Timer(rng.uniform(0, 1.1 * span), os.kill,
+                                    (os.getpid(), signum))
+            capsys.readouterr()
+            timer.start()
+            code = run_command(cli.main, "train", argv)
+            timer.cancel()
+            timer.join()
+            err = capsys.readouterr().err
+            assert "Traceback" not in err and "Exception ignored" not in err, err
+            assert "unexpectedly" not in err and "error:" not in err, err
+            runs = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
+            if code != 0:
+                assert code == 128 + signum, (code, signum, err)
+                *progress, last = err.strip().splitlines()
+                assert last.startswith("stopped by "), err  # one line, after the progress
+                assert all(line.startswith("train  step") for line in progress), err
+            if not runs:
+                assert code != 0, "a finished run lost its directory"
+                key = "stopped in set-up"
+            else:
+                [run_dir] = runs
+                ckpt = Checkpointer(run_dir / "checkpoints")
+                steps = ckpt.all_steps()
+                assert steps, (code, err)
+                assert all(ckpt.problems(s) == [] for s in steps)
+                assert not list((run_dir / "checkpoints").glob("*/*orbax-checkpoint-tmp*"))
+                logged = len(_lines(run_dir / "metrics.jsonl"))
+                assert ckpt.restore_metadata()["iteration"] == logged == steps[-1]
+                key = ("finished" if logged == 3 else "stopped and saved") + \
+                    ("" if code == 0 else f", exit {code}")
+            late.clear()
+            outcomes[key] = outcomes.get(key, 0) + 1
+    finally:
+        for n, h in previous.items():
+            signal.signal(n, h)
+    return outcomes
+
+
+def test_signals_at_random_moments_of_training(tmp_path, capsys, reference):
+    outcomes = _signal_campaign(tmp_path, capsys, reference, rounds=5, seed=40)
+    assert sum(outcomes.values()) == 5
+
+
+@pytest.mark.slow  # a longer campaign of the same property (30 signals)
+def test_signals_at_random_moments_of_training_long(tmp_path, capsys, reference):
+    outcomes = _signal_campaign(tmp_path, capsys, reference, rounds=30, seed=41)
+    assert sum(outcomes.values()) == 30

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import jax
 
-from jaxdrive.command import add_debug_flag
+from jaxdrive.command import Stopped, add_debug_flag
 from jaxdrive.config import ConfigError, parse_overrides
 from jaxdrive.distributed import (
     DEFAULT_TIMEOUT_S,
@@ -228,10 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         metrics = train(config, run_dir, resume=bool(args.resume),
                         force_unlock=args.force_unlock)
     except BaseException as e:
-        if not args.resume and is_main_process() and remove_unused_run_dir(run_dir):
+        removed = not args.resume and is_main_process() and remove_unused_run_dir(run_dir)
+        if removed and not isinstance(e, (StoppedAtStartup, KeyboardInterrupt)):
             print(f"note: removed {run_dir}: the run failed before saving anything",
                   file=sys.stderr)
-        code = _failure(e, config, run_dir)
+        code = _failure(e, config, run_dir, removed)
         if code is None:
             raise  # a bug: keep its traceback
         return code
@@ -241,12 +242,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _failure(e: BaseException, config: RunConfig, run_dir: Path) -> int | None:
-    """Prints ``error: ...`` for a known failure and returns its exit code; None for
-    anything else (re-raised with its traceback)."""
+def _failure(e: BaseException, config: RunConfig, run_dir: Path,
+             removed: bool = False) -> int | None:
+    """Prints ``error: ...`` for a known failure (one line: ``stopped ...`` for a stop)
+    and returns its exit code; None for anything else (re-raised: ``run_command`` names
+    its traceback file). ``removed``: the unused run directory was removed."""
     if isinstance(e, (StoppedAtStartup, KeyboardInterrupt)):  # asked for: no "error:"
-        print(str(e) if isinstance(e, StoppedAtStartup) else
-              "stopped at once (a second Ctrl-C or SIGTERM)", file=sys.stderr)
+        if isinstance(e, StoppedAtStartup):
+            message = str(e)
+        elif isinstance(e, Stopped):  # between the set-up's and the loop's stop handlers
+            message = f"stopped by {e}"
+        else:
+            message = "stopped at once (a second Ctrl-C or SIGTERM)"
+        if removed:
+            message += f"; removed the unused run directory {run_dir}"
+        print(message, file=sys.stderr)
         return getattr(e, "exit_code", 130)
     if isinstance(e, INPUT_ERRORS):
         message, code = str(e), 2
