@@ -25,10 +25,18 @@ from jaxdrive.data import subsets as subsets_lib
 from jaxdrive.data.checks import scenario_problems
 from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario, real_data_config
 from jaxdrive.data.load import ConversionStopped, convert_one, convert_to_shards
+from jaxdrive.data.split import DEFAULT_VALIDATION_FRACTION, SPLITS, check_fraction
 from jaxdrive.files import OutputError
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.signals import StopRequest
 from jaxdrive.types import ObjectType, RoadType, TrafficLightState
+
+
+def _fraction(text: str) -> float:
+    try:
+        return check_fraction(finite_float_arg(text))
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _size_args(p: argparse.ArgumentParser) -> None:
@@ -71,7 +79,8 @@ def cmd_convert(args) -> int:
         try:
             m = convert_to_shards(args.inputs, args.out, sc, cc, shard_size=args.shard_size,
                                   compress=not args.no_compress, workers=args.workers,
-                                  should_stop=lambda: stop.requested)
+                                  should_stop=lambda: stop.requested, split=args.split,
+                                  validation_fraction=args.validation_fraction)
         except (ConversionStopped, KeyboardInterrupt):
             print(f"stopped by {stop.name}: nothing converted was kept, {args.out} is as "
                   "it was.", file=sys.stderr)
@@ -94,6 +103,10 @@ def cmd_convert(args) -> int:
         source, reason = s["source"], s["reason"]  # most reasons name their source
         print(f"skipped {reason}" if reason.startswith(source) else
               f"skipped {source}: {reason}")
+    if "split" in m:
+        print(f"split: kept the {n} scenes of the {args.split} split; "
+              f"{m['split']['scenes_of_the_other_split']} belong to the other one "
+              f"(validation fraction {args.validation_fraction:g}, by scenario id)")
     print(f"manifest: {args.out}/{shards_lib.MANIFEST}")
     if n == 0:
         print("error: no scenario could be converted (see the skip reasons above).",
@@ -283,6 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-size", type=int, default=128, help="scenarios per shard")
     p.add_argument("--no-compress", action="store_true", help="store shards uncompressed")
     p.add_argument("--workers", type=int, default=1, help="conversion processes")
+    p.add_argument("--split", choices=SPLITS, default=None,
+                   help="keep only the scenes of this split: a deterministic hash of the "
+                        "scenario id puts --validation-fraction of the scenes in "
+                        "'validation', the rest in 'train' (docs/data.md)")
+    p.add_argument("--validation-fraction", type=_fraction,
+                   default=DEFAULT_VALIDATION_FRACTION,
+                   help="share of scenes in the validation split, in (0, 1)")
     _size_args(p)
     p.set_defaults(fn=cmd_convert)
     p = sub.add_parser("inspect", help="summary of one scene")

@@ -21,10 +21,12 @@ values themselves (finite, in range) are checked by ``RawScene.check``.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 import reprlib
+import zlib
 from typing import Any
 
 import numpy as np
@@ -59,8 +61,36 @@ def _show(value: Any) -> str:
     return _SHOW.repr(value)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+# A WOMD scene's JSON is 1-20 MB; a gzip file that inflates past this is not a scene (and
+# would otherwise fill memory: a "zip bomb").
+MAX_JSON_BYTES = 1 << 30
+
+
+def read_json_bytes(path: str) -> bytes:
+    """The JSON text of a scene file, inflated if it is gzip-compressed (``.json.gz``, or
+    any file starting with gzip's magic bytes).
+
+    Raises:
+      SceneError: unreadable, a damaged gzip stream, or more than ``MAX_JSON_BYTES``.
+    """
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                f.seek(0)
+                return f.read()
+        with gzip.open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise SceneError(f"{path}: damaged gzip file ({e or type(e).__name__}).") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise SceneError(f"{path}: inflates to more than {MAX_JSON_BYTES >> 20} MiB of "
+                         "JSON; not a scene file.")
+    return data
+
+
 def read_json_scene(path: str | os.PathLike) -> RawScene:
-    """Read one JSON scene file.
+    """Read one JSON scene file (plain or gzip-compressed).
 
     Raises:
       SceneError: the file cannot be read, is not valid JSON (or nested too deeply), or a
@@ -69,8 +99,7 @@ def read_json_scene(path: str | os.PathLike) -> RawScene:
     """
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
+        data = json.loads(read_json_bytes(path))
     except json.JSONDecodeError as e:
         raise SceneError(f"{path}: malformed JSON ({e}).") from None
     except UnicodeDecodeError as e:

@@ -21,6 +21,13 @@ from jaxdrive.data.convert import (
 )
 from jaxdrive.data.raw import SceneError
 from jaxdrive.data.sources import expand_inputs, item_source, iter_items, read_item
+from jaxdrive.data.split import (
+    DEFAULT_VALIDATION_FRACTION,
+    RULE,
+    SPLITS,
+    check_fraction,
+    split_of,
+)
 from jaxdrive.data.staging import staged_cache
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import RoadType, Scenario
@@ -104,8 +111,14 @@ def convert_to_shards(
     paths: list[str], out_dir: str | os.PathLike, config: ScenarioConfig,
     convert: ConvertConfig | None = None, shard_size: int = 128, compress: bool = True,
     workers: int = 1, should_stop: Callable[[], bool] | None = None,
+    split: str | None = None, validation_fraction: float = DEFAULT_VALIDATION_FRACTION,
 ) -> dict[str, Any]:
     """Convert JSON scenes / TFRecord files into shards in ``out_dir``; returns the manifest.
+
+    ``split`` (``"train"`` or ``"validation"``) keeps only the scenes of that split
+    (``jaxdrive.data.split``: by a hash of the scenario id, ``validation_fraction`` of
+    them for validation); the manifest's ``split`` field records the rule and how many
+    scenes the other split took.
 
     The cache is written into a staging directory and replaces the one in ``out_dir``
     only once complete (``staging.staged_cache``): an interrupted or failed conversion
@@ -122,7 +135,11 @@ def convert_to_shards(
     """
     convert = convert or ConvertConfig()
     stop = should_stop or (lambda: False)
+    if split is not None and split not in SPLITS:
+        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    check_fraction(validation_fraction)
     files = expand_inputs(paths)
+    other = 0  # usable scenes of the other split
     with staged_cache(out_dir) as staging:
         writer = shards_lib.ShardWriter(staging, config, convert, shard_size, compress)
         for path, _ in files:
@@ -133,11 +150,19 @@ def convert_to_shards(
                 raise ConversionStopped
             why = _unusable(result[1], result[2], seen) if result[0] == "ok" else None
             if result[0] == "ok" and why is None:
-                writer.add(result[1], result[2])
+                if split is None or split_of(str(result[2]["scenario_id"]),
+                                             validation_fraction) == split:
+                    writer.add(result[1], result[2])
+                else:
+                    other += 1
             elif why is not None:
                 writer.skip(result[2]["source"], why)
             else:
                 writer.skip(result[1]["source"], result[1]["reason"])
+        if split is not None:
+            writer.extra["split"] = {"name": split, "validation_fraction":
+                                     validation_fraction, "rule": RULE,
+                                     "scenes_of_the_other_split": other}
         manifest = writer.close()
         if stop():  # the last moment the output directory can stay as it was
             raise ConversionStopped

@@ -89,6 +89,7 @@ class ShardWriter:
         self.records: list[dict] = []
         self.skipped: list[dict] = []
         self.source_files: list[str] = []
+        self.extra: dict[str, Any] = {}  # more manifest fields (e.g. ``split``)
 
     def add_source(self, path: str) -> None:
         """Record ``path`` among the manifest's ``source_files``."""
@@ -149,6 +150,7 @@ class ShardWriter:
             "convert_config": self.convert_config.to_dict(),
             "source_files": self.source_files, "shards": self.shards,
             "skipped": self.skipped, "scenarios": self.records, "classes": {},
+            **self.extra,
         }
         write_manifest(self.directory, manifest)
         return manifest

@@ -6,11 +6,13 @@ deep inside the conversion.
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from collections.abc import Iterator
 
 from jaxdrive.config import ConfigError
-from jaxdrive.data.json_scene import read_json_scene
+from jaxdrive.data.json_scene import GZIP_MAGIC, read_json_scene
 from jaxdrive.data.raw import RawScene, SceneError
 from jaxdrive.data.tfrecord import (
     EMPTY_TFRECORD,
@@ -25,10 +27,20 @@ JSON = "json"
 TFRECORD = "tfrecord"
 
 
+JSON_SUFFIXES = (".json", ".json.gz")
+
+
+def is_json_name(name: str) -> bool:
+    """Whether a file name is a JSON scene's (``.json`` or ``.json.gz``; not a manifest)."""
+    low = name.lower()
+    return low.endswith(JSON_SUFFIXES) and low != "manifest.json"
+
+
 def file_kind(path: str) -> str | None:
-    """``"json"``, ``"tfrecord"`` or ``None`` for a file (by suffix, then by content)."""
+    """``"json"``, ``"tfrecord"`` or ``None`` for a file (by suffix, then by content;
+    gzip-compressed JSON counts as JSON)."""
     name = os.path.basename(path).lower()
-    if name.endswith(".json"):
+    if name.endswith(JSON_SUFFIXES):
         return JSON
     if looks_like_tfrecord(path):
         return TFRECORD
@@ -36,10 +48,13 @@ def file_kind(path: str) -> str | None:
         return TFRECORD
     try:
         with open(path, "rb") as f:
-            head = f.read(64).lstrip()
-    except OSError:
+            head = f.read(64)
+        if head.startswith(GZIP_MAGIC):
+            with gzip.open(path, "rb") as f:
+                head = f.read(64)
+    except (OSError, EOFError, zlib.error):
         return None
-    return JSON if head.startswith(b"{") else None
+    return JSON if head.lstrip().startswith(b"{") else None
 
 
 def expand_inputs(paths: list[str]) -> list[tuple[str, str | None]]:
@@ -56,8 +71,7 @@ def expand_inputs(paths: list[str]) -> list[tuple[str, str | None]]:
             for root, dirs, files in os.walk(p):
                 dirs.sort()
                 for name in sorted(files):
-                    low = name.lower()
-                    if low.endswith(".json") and low != "manifest.json" or "tfrecord" in low:
+                    if is_json_name(name) or "tfrecord" in name.lower():
                         found.append(os.path.join(root, name))
             out.extend((f, file_kind(f)) for f in found)
         elif os.path.isfile(p):
