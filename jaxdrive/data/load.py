@@ -88,8 +88,8 @@ def iter_converted(
 
 def _unusable(arrays: dict[str, np.ndarray], info: dict, seen: dict[str, str]) -> str | None:
     """Why a converted scene cannot be used (None if it can): no road edges (off-road
-    detection needs them), or a scenario id already converted (the same scene given
-    twice; its first source is named). Records a usable scene's id in ``seen``."""
+    detection needs them), or a scenario id already in ``seen`` (id -> first source:
+    the same scene given twice). The caller records the scenes it keeps in ``seen``."""
     sid = str(info["scenario_id"])
     if sid in seen:
         return (f"{info['source']}: scenario {sid} is already in the set (from "
@@ -98,8 +98,12 @@ def _unusable(arrays: dict[str, np.ndarray], info: dict, seen: dict[str, str]) -
     if not edges.any():
         return (f"{info['source']}: scenario {sid} has no road-edge points (off-road "
                 "detection needs them)")
-    seen[sid] = str(info.get("source", ""))
     return None
+
+
+def _keep(info: dict, seen: dict[str, str]) -> None:
+    """Records a kept scene's id in ``seen`` (see ``_unusable``)."""
+    seen[str(info["scenario_id"])] = str(info.get("source", ""))
 
 
 class ConversionStopped(Exception):
@@ -150,6 +154,7 @@ def convert_to_shards(
                 raise ConversionStopped
             why = _unusable(result[1], result[2], seen) if result[0] == "ok" else None
             if result[0] == "ok" and why is None:
+                _keep(result[2], seen)
                 if split is None or split_of(str(result[2]["scenario_id"]),
                                              validation_fraction) == split:
                     writer.add(result[1], result[2])
@@ -213,6 +218,7 @@ def load_scenarios(
         for result in iter_converted(raw_paths, scenario_config, convert):
             why = _unusable(result[1], result[2], seen) if result[0] == "ok" else None
             if result[0] == "ok" and why is None:
+                _keep(result[2], seen)
                 batch.append(result[1])
                 infos.append(result[2])
             elif why is not None:

@@ -307,13 +307,13 @@ class DataConfig(ConfigBase):
 POPULATION_MANIFEST = "population.yaml"
 
 
-def _flat_items(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def flat_items(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """Nested or dotted mapping -> sorted (dotted key, value) pairs (lists as tuples)."""
     out = []
     for key, value in data.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.extend(_flat_items(value, path + "."))
+            out.extend(flat_items(value, path + "."))
         else:
             out.append((path, _frozen(value)))
     return sorted(out)
@@ -355,7 +355,7 @@ class PopulationConfig(ConfigBase):
         members = []
         for i, m in enumerate(self.members):
             if isinstance(m, Mapping):
-                m = tuple(_flat_items(expand_dotted(m, f"config key 'members[{i}]'")))
+                m = tuple(flat_items(expand_dotted(m, f"config key 'members[{i}]'")))
             if not isinstance(m, tuple) or not all(
                     isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in m):
                 raise ConfigError(f"config key 'members[{i}]' must be a mapping of run-config "

@@ -56,7 +56,7 @@ from jaxdrive.distributed import (
     is_main_process,
 )
 from jaxdrive.files import OutputError, UnsafeNameError
-from jaxdrive.runs.config import RunConfig, load_run_config, member_config
+from jaxdrive.runs.config import RunConfig, flat_items, load_run_config, member_config
 from jaxdrive.runs.load import read_run_config
 from jaxdrive.runs.lock import RunLockedError
 from jaxdrive.train.population import train_population
@@ -131,19 +131,10 @@ def _setup(args) -> tuple[RunConfig, Path]:
 RESUME_FIXED = ("policy", "env.observation", "env.dynamics")
 
 
-def _leaves(d: dict, prefix: str = "") -> dict[str, object]:
-    """A nested dict as {dotted path: leaf}."""
-    out = {}
-    for k, v in d.items():
-        path = f"{prefix}{k}"
-        out.update(_leaves(v, path + ".") if isinstance(v, dict) else {path: v})
-    return out
-
-
 def _check_resume_overrides(saved: RunConfig, config: RunConfig, run_dir: Path) -> None:
     """``ConfigError`` (before any set-up) when ``--set`` on ``--resume`` changes a key
     of ``RESUME_FIXED``: the checkpoint would not fit the changed model."""
-    before, after = _leaves(saved.to_dict()), _leaves(config.to_dict())
+    before, after = dict(flat_items(saved.to_dict())), dict(flat_items(config.to_dict()))
     changed = [k for k in after if k.startswith(tuple(s + "." for s in RESUME_FIXED))
                and before.get(k) != after[k]]
     if changed:
