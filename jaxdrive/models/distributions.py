@@ -35,6 +35,11 @@ class Categorical:
         """(...) int32, the most likely action index."""
         return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
 
+    def kl(self, other: Categorical) -> jax.Array:
+        """(...) float32, KL(self || other) in nats."""
+        logp, logq = jax.nn.log_softmax(self.logits), jax.nn.log_softmax(other.logits)
+        return jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
+
 
 @struct.dataclass
 class ScaledBeta:
@@ -81,6 +86,17 @@ class ScaledBeta:
         onto ``[low, high]``."""
         u = (self.alpha - 1) / jnp.maximum(self.alpha + self.beta - 2, 1e-6)
         return (self.low + u * (self.high - self.low)).astype(jnp.float32)
+
+    def kl(self, other: ScaledBeta) -> jax.Array:
+        """(...) float32, KL(self || other) in nats, summed over dimensions (both on the
+        same bounds: the affine map cancels). The closed form of two Beta densities:
+        ln B(a2, b2) - ln B(a1, b1) + (a1 - a2) psi(a1) + (b1 - b2) psi(b1)
+        + (a2 - a1 + b2 - b1) psi(a1 + b1)."""
+        a1, b1, a2, b2 = self.alpha, self.beta, other.alpha, other.beta
+        dg = jax.scipy.special.digamma
+        kl = (_log_beta_fn(a2, b2) - _log_beta_fn(a1, b1) + (a1 - a2) * dg(a1)
+              + (b1 - b2) * dg(b1) + (a2 - a1 + b2 - b1) * dg(a1 + b1))
+        return jnp.sum(kl, axis=-1)
 
 
 def _log_beta_fn(a, b):

@@ -53,6 +53,7 @@ from jaxdrive.render.record import VideoConfig
 from jaxdrive.scenarios.procedural import ProceduralConfig
 
 LR_SCHEDULES = ("constant", "linear")
+OBJECTIVES = ("ppo", "bc")
 SUBPROCESS_DEVICES = ("cpu", "same")  # EvaluationConfig.subprocess_device
 
 
@@ -61,6 +62,11 @@ class TrainConfig(ConfigBase):
     """PPO and the length of the run.
 
     Attributes:
+      objective: ``ppo`` (self-play reinforcement learning) or ``bc`` (behaviour
+        cloning: the learner's agents drive by the expert, ``log_replay``'s inverse
+        dynamics of their logs in the env's action space, and the policy is fitted to
+        the expert's actions by maximum likelihood; steps where the log has no next
+        state carry no label). Validation always drives by the policy.
       seed: seeds the training scenes, the initial parameters and every sample.
       total_steps: agent-steps to train for (env steps x agent slots); the run stops at
         the first iteration boundary at or past it.
@@ -98,6 +104,12 @@ class TrainConfig(ConfigBase):
         the run's own checkpoint.
       init_checkpoint: which checkpoint of ``init_from``: ``best`` (by validation goal
         rate; the newest intact one when the run has none) or ``last``.
+      bc_policy: a run directory (e.g. one trained with ``objective: bc``) whose frozen
+        policy (its best checkpoint) regularises PPO towards human driving: human-
+        regularised PPO (Cornelisse & Vinitsky 2024, arXiv 2403.19648) minimises
+        ``(1 - bc_kl_coef) * L_PPO + bc_kl_coef * KL(pi_bc || pi)`` over the valid steps.
+        It must be an MLP policy with the learner's observation sizes and action space.
+      bc_kl_coef: lambda of that objective, in [0, 1); 0 = plain PPO.
       dense_rows: run the policy's scene encoder only on the agent rows that matter
         (learner: ego agents not removed; co-players: their own rows), gathered into a
         buffer of fixed capacity, in the rollout and in the PPO epochs
@@ -110,6 +122,7 @@ class TrainConfig(ConfigBase):
         those. Off on a mesh of several devices.
     """
 
+    objective: str = "ppo"
     seed: int = 0
     total_steps: int = 10_000_000
     num_scenes: int = 256
@@ -132,6 +145,8 @@ class TrainConfig(ConfigBase):
     co_players: tuple[str, ...] = ()
     init_from: str | None = None
     init_checkpoint: str = "best"
+    bc_policy: str | None = None
+    bc_kl_coef: float = 0.0
     dense_rows: str | float | bool = "auto"
 
     def __post_init__(self):
@@ -144,6 +159,7 @@ class TrainConfig(ConfigBase):
         check_int("minibatches", self.minibatches, 1, 1_000_000)
         check_range("learning_rate", self.learning_rate, 0.0, 1.0, lo_open=True)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_choice("objective", self.objective, OBJECTIVES)
         check_range("max_grad_norm", self.max_grad_norm, 0.0, None, lo_open=True)
         check_range("adam_eps", self.adam_eps, 0.0, 1.0, lo_open=True)
         check_range("gamma", self.gamma, 0.0, 1.0)
@@ -173,6 +189,15 @@ class TrainConfig(ConfigBase):
             check_path(f"co_players[{i}]", path, optional=False)
         check_path("init_from", self.init_from)
         check_choice("init_checkpoint", self.init_checkpoint, ("best", "last"))
+        check_path("bc_policy", self.bc_policy)
+        check_range("bc_kl_coef", self.bc_kl_coef, 0.0, 1.0, hi_open=True)
+        if self.bc_kl_coef > 0 and self.bc_policy is None:
+            raise ConfigError(f"config key 'bc_kl_coef' = {self.bc_kl_coef} needs "
+                              "'bc_policy': the run directory of the frozen reference "
+                              "policy (e.g. trained with objective: bc).")
+        if self.bc_kl_coef > 0 and self.objective != "ppo":
+            raise ConfigError("config key 'bc_kl_coef' regularises PPO; with objective: "
+                              f"{self.objective} set it to 0.")
 
 
 @dataclasses.dataclass(frozen=True)

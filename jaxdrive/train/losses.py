@@ -1,4 +1,5 @@
-"""PPO losses with a validity mask (Schulman et al. 2017, clipped surrogate objective).
+"""PPO losses with a validity mask (Schulman et al. 2017, clipped surrogate objective),
+and the behaviour-cloning loss (negative log-likelihood of expert actions).
 
 Only valid steps (the agent acted, was controlled by the learning policy and not
 removed) contribute to any term or statistic; every mean divides by the number of
@@ -26,6 +27,7 @@ class LossStats:
     clip_fraction: jax.Array
     valid_steps: jax.Array
     aux_goal: jax.Array | None = None  # ``train.aux_goal_coef`` > 0 only
+    bc_kl: jax.Array | None = None  # ``train.bc_kl_coef`` > 0 only: KL(pi_bc || pi)
     dense_overflow: jax.Array | None = None  # 1.0: the minibatch overflowed its dense rows
 
 
@@ -101,3 +103,24 @@ def aux_goal_loss(pred: jax.Array, target: jax.Array, mask: jax.Array) -> jax.Ar
     nothing, not even a NaN."""
     err = jnp.where(mask[..., None], pred - target, 0.0)
     return masked_mean(jnp.sum(jnp.square(err), axis=-1), mask)
+
+
+def bc_loss(logp: jax.Array, entropy: jax.Array, mask: jax.Array) -> tuple[jax.Array,
+                                                                           LossStats]:
+    """Behaviour cloning: the mean negative log-likelihood of the expert's actions over
+    valid steps.
+
+    Args:
+      logp: (...) log-probabilities of the expert's actions under the current policy.
+      entropy: (...) entropy of the current policy (reported, not optimised).
+      mask: (...) bool, valid steps (an expert label exists there).
+    Returns:
+      (total loss (), ``LossStats`` with the NLL as ``policy``; the PPO-only terms 0).
+    """
+    nll = -masked_mean(jnp.where(mask, logp, 0.0), mask)
+    zero = jnp.zeros((), jnp.float32)
+    stats = LossStats(total=nll, policy=nll, value=zero,
+                      entropy=jax.lax.stop_gradient(masked_mean(entropy, mask)),
+                      approx_kl=zero, clip_fraction=zero,
+                      valid_steps=jnp.sum(mask.astype(jnp.float32)))
+    return nll, stats

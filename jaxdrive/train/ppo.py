@@ -41,6 +41,7 @@ import optax
 from flax import struct
 
 from jaxdrive.agents.actors import env_members, partner_actions, partner_caches
+from jaxdrive.agents.controllers import log_replay
 from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.config import ConfigError
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
@@ -58,11 +59,13 @@ from jaxdrive.models.kv_cache import KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
 from jaxdrive.parallel import along, check_divisible, constrain, replicated, rows_split
 from jaxdrive.runs.config import RunConfig
+from jaxdrive.runs.load import load_policy
 from jaxdrive.telemetry import ema
 from jaxdrive.train.gae import bootstrap_stop, gae
 from jaxdrive.train.losses import (
     LossStats,
     aux_goal_loss,
+    bc_loss,
     masked_mean,
     normalize_advantages,
     ppo_loss,
@@ -135,6 +138,34 @@ class Rollout:
     aux_goal_target: jax.Array | None = None
 
 
+def bc_reference(run_dir: str, env: Env, policy: Policy) -> tuple[Policy, Any]:
+    """The frozen reference policy of human-regularised PPO (``train.bc_policy``): the
+    best checkpoint of ``run_dir``, checked to be an MLP policy (stateless: the KL term
+    needs no memory of its own) with the learner's observation sizes and action space.
+
+    Raises:
+      ConfigError: it does not fit, naming ``train.bc_policy`` and what differs.
+    """
+    loaded = load_policy(run_dir)
+    ref, key = loaded.policy, f"config key 'train.bc_policy' = {run_dir!r}"
+    if ref.config.kind != "mlp":
+        raise ConfigError(f"{key} is a {ref.config.kind} policy; the reference must be an "
+                          "MLP policy (e.g. trained with objective: bc and policy.kind: mlp)")
+    if loaded.config.env.observation != env.config.observation:
+        raise ConfigError(f"{key} was trained with other observation sizes than this run "
+                          f"(env.observation {loaded.config.env.observation.to_dict()} "
+                          f"against {env.config.observation.to_dict()})")
+    same = ref.discrete == policy.discrete and (
+        ref.module.out_dim == policy.module.out_dim if ref.discrete else
+        bool(jnp.all(ref.action_low == policy.action_low)
+             & jnp.all(ref.action_high == policy.action_high)))
+    if not same:
+        raise ConfigError(f"{key} acts in another action space than this run (its "
+                          f"env.dynamics: {loaded.config.env.dynamics.to_dict()}); train the "
+                          "reference with this run's env.dynamics")
+    return ref, loaded.params
+
+
 def _rows(x: jax.Array) -> jax.Array:
     """(B, A, ...) -> (B*A, ...) (explicit sizes: -1 fails on zero-size leaves)."""
     return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
@@ -157,10 +188,12 @@ class PPO:
         minibatch, and gradients and loss statistics are summed across the mesh.
       trial_counters: in trial mode, add ``train/trial_episodes`` and
         ``train/{TRIAL_COUNTERS}`` over the iteration's completed episodes to the metrics.
+      reference: ``(Policy, params)`` of human-regularised PPO's frozen reference when
+        ``train.bc_kl_coef`` > 0 (default: loaded from ``train.bc_policy``).
     """
 
     def __init__(self, config: RunConfig, env: Env, policy: Policy, co_players=(),
-                 mesh=None, trial_counters: bool = False):
+                 mesh=None, trial_counters: bool = False, reference=None):
         self.config = config
         self.trial_counters = trial_counters
         self.mesh = mesh
@@ -181,6 +214,15 @@ class PPO:
                               optax.adam(self.schedule, eps=t.adam_eps))
         self.trial_mode = env.config.goal_behavior == "trial"
         self.uses_co_players = env.config.co_player_fraction > 0
+        # Human-regularised PPO: a frozen reference policy (e.g. behaviour-cloned).
+        self.reference = None
+        if t.bc_kl_coef > 0:
+            self.reference = (reference if reference is not None
+                              else bc_reference(t.bc_policy, env, policy))
+        # Behaviour cloning: the expert acts (inverse dynamics of the logs) and labels.
+        self.bc = t.objective == "bc"
+        self._expert = (jax.vmap(log_replay(env), in_axes=(None, 0, 0, 0)) if self.bc
+                        else None)
         self.env_step = env.step_batch
         m = len(self.co_players)
         if m and self.num_envs % m:
@@ -352,15 +394,20 @@ class PPO:
             k_act, _ = jax.random.split(key)
             obs, first, removed, computed, out, action, logp, cache, co_caches = self._act(
                 params, cache, co_caches, co_member, env_state, ts, k_act)
+            labelled = None
+            if self.bc:
+                action, labelled = self._expert_actions(env_params, env_state, ts, action)
             env_action = action.reshape((b, a) + action.shape[1:])
-            aux = (obs, first, removed, computed, out.value, action, logp)
+            aux = (obs, first, removed, computed, out.value, action, logp, labelled)
             return env_action, (cache, co_caches, co_member, ep_ema, tr_ema), aux
 
         def record(carry, tr: Transition):
             cache, co_caches, co_member, ep_ema, tr_ema = carry
-            obs, first, removed, computed, value, action, logp = tr.aux
+            obs, first, removed, computed, value, action, logp, labelled = tr.aux
             nts = tr.next_timestep
             valid = _rows(tr.timestep.active & tr.state.ego)
+            if labelled is not None:
+                valid = valid & labelled
             step = Rollout(
                 obs=obs, first=first, removed=removed, action=action, logp=logp,
                 value=value, reward=_rows(nts.reward), terminated=_rows(nts.terminated),
@@ -387,6 +434,20 @@ class PPO:
         totals = None if ended is None else TrialTotals.zeros(
             self.env.config.num_trials).update(*ended)
         return state, traj, jnp.sum(completed.astype(jnp.int32)), totals
+
+    def _expert_actions(self, env_params: EnvParams, env_state: EnvState, ts: TimeStep,
+                        action: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Behaviour cloning: ``action`` (B * A, ...) with the learner's rows replaced by
+        the expert's (``log_replay``), and (B * A,) bool, whether a row's expert action
+        is a label (its log has the next state; across a gap the expert only drives
+        straight on)."""
+        keys = jax.random.split(jax.random.key(0), self.num_envs)  # the expert ignores it
+        expert = _rows(self._expert(env_params, env_state, ts, keys)).astype(action.dtype)
+        learner = _rows(env_state.ego).reshape((-1,) + (1,) * (action.ndim - 1))
+        nxt = self.env.config.init_step + env_state.trial_step + 1
+        logged = jax.vmap(self.env.logged_rows, in_axes=(None, 0, 0))(env_params, env_state,
+                                                                      nxt)
+        return jnp.where(learner, expert, action), _rows(logged.valid)
 
     @property
     def aux_goal(self) -> bool:
@@ -448,13 +509,29 @@ class PPO:
         else:
             mid = 0.5 * (pol.action_low + pol.action_high)
             action = jnp.where(valid[..., None], step["action"], mid)
-        adv = normalize_advantages(step["advantages"], valid)
         t = self.config.train
-        total, stats = ppo_loss(
-            dist.log_prob(action), step["logp"], adv, out.value, step["value"],
-            step["returns"], dist.entropy(), valid, clip_eps=t.clip_eps,
-            value_clip_eps=t.value_clip_eps, value_coef=t.value_coef,
-            entropy_coef=t.entropy_coef)
+        if self.bc:
+            total, stats = bc_loss(dist.log_prob(action), dist.entropy(), valid)
+        else:
+            adv = normalize_advantages(step["advantages"], valid)
+            total, stats = ppo_loss(
+                dist.log_prob(action), step["logp"], adv, out.value, step["value"],
+                step["returns"], dist.entropy(), valid, clip_eps=t.clip_eps,
+                value_clip_eps=t.value_clip_eps, value_coef=t.value_coef,
+                entropy_coef=t.entropy_coef)
+        if self.reference is not None:
+            ref_policy, ref_params = self.reference
+            inputs = (ref_params, None, mb["obs"], mb["first"], mb["removed"])
+            if buffer is None:
+                ref_out = ref_policy.sequence(*inputs)
+            else:  # the same steps as the learner's dense outputs (the same mask)
+                ref_out = ref_policy.sequence_at(*inputs, mb["computed"], buffer[1],
+                                                 row_capacity=buffer[0])[0]
+            ref = jax.lax.stop_gradient(ref_policy.distribution(ref_out))
+            kl = masked_mean(ref.kl(dist), valid)
+            lam = t.bc_kl_coef
+            total = (1.0 - lam) * total + lam * kl
+            stats = stats.replace(total=total, bc_kl=kl)
         if not self.aux_goal:
             return total, stats
         aux = aux_goal_loss(out.aux_goal, step["aux_goal_target"], valid)
@@ -562,6 +639,8 @@ class PPO:
         }
         if self.aux_goal:
             out["loss/aux_goal"] = stats.aux_goal.mean()
+        if self.reference is not None:
+            out["loss/bc_kl"] = stats.bc_kl.mean()
         if self.dense:
             out["loss/dense_overflow_minibatches"] = stats.dense_overflow.sum()
             out["rollout/dense_overflow_steps"] = jnp.sum(
