@@ -287,8 +287,44 @@ def check_name(name: str, value: Any) -> None:
         raise ConfigError(f"{e}.") from None
 
 
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def url_problem(value: str) -> str | None:
+    """Why ``value`` cannot be used as a path (it names a URL such as ``gs://bucket/x``,
+    which would become a local directory ``gs:/bucket/x``); None for a local path."""
+    if not _URL.match(value):
+        return None
+    scheme = value.split("://", 1)[0]
+    return (f"{_clip(value)} is a {scheme}:// URL: jaxdrive reads and writes local paths "
+            "only (object stores are not supported yet); mount the bucket (e.g. gcsfuse "
+            "for gs://, s3fs or mountpoint-s3 for s3://) on every host and give the "
+            "mounted path")
+
+
+# Linux's NAME_MAX and PATH_MAX: longer names fail in every file call (ENAMETOOLONG).
+MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4095
+
+
+def local_path_arg(text: str) -> str:
+    """An ``argparse`` ``type`` for a path option: a URL (see ``url_problem``), a NUL, a
+    name of more than 255 bytes or a path of more than 4,095 are usage errors."""
+    problem = url_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    raw = os.fsencode(text)
+    if b"\x00" in raw:
+        raise argparse.ArgumentTypeError(f"{_clip(text)} contains a NUL byte")
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > MAX_NAME_BYTES or len(raw) > MAX_PATH_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"{_clip(text)} is too long for a path ({len(raw):,} bytes, a name of "
+            f"{longest:,}; at most {MAX_NAME_BYTES} a name and {MAX_PATH_BYTES:,} in all)")
+    return text
+
+
 def check_path(name: str, value: Any, optional: bool = True) -> None:
-    """Raise ``ConfigError`` unless ``value`` is a non-empty path string without NUL
+    """Raise ``ConfigError`` unless ``value`` is a non-empty local path string without NUL
     (or None when ``optional``)."""
     if value is None and optional:
         return
@@ -296,6 +332,9 @@ def check_path(name: str, value: Any, optional: bool = True) -> None:
         none = " or null" if optional else ""
         raise ConfigError(f"config key '{name}' must be a path (a non-empty string{none}), "
                           f"got {_clip(value)}; quote a path that YAML would read as a number.")
+    problem = url_problem(value)
+    if problem:
+        raise ConfigError(f"config key '{name}' = {problem}.")
 
 
 def _type_name(hint: Any) -> str:

@@ -34,6 +34,7 @@ from jaxdrive.config import (
     ConfigError,
     int_arg,
     load_yaml,
+    local_path_arg,
     merge,
     parse_overrides,
     resolve_config_path,
@@ -89,7 +90,8 @@ def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, int]:
                    help="YAML config with env: / procedural: sections: a file or a preset "
                         "name (simulate_default, human_replay, adaptive_simulate, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--json", default=None, help="also write the summary to this file")
+    p.add_argument("--json", type=local_path_arg, default=None,
+                   help="also write the summary to this file")
     args = p.parse_args(argv)
     for name in ("scenes", "steps", "chunk"):
         if getattr(args, name) < 1:

@@ -171,3 +171,25 @@ def test_a_stray_directory_among_the_checkpoints_is_not_a_step(tmp_path):
         (tmp_path / "checkpoints" / "last" / name).mkdir(parents=True)
     assert Checkpointer(tmp_path / "checkpoints").all_steps() == [7, 12]
     assert [is_step_name(n) for n in ("7", "²", "٣", "")] == [True, False, False, False]
+
+
+def test_object_store_urls_are_refused_before_any_work(capsys, tmp_path):
+    """Issue 39, item 3: ``logging.output_dir=gs://bucket/runs`` silently wrote a local
+    ``./gs:/bucket/runs`` directory (every host its own, a resume found nothing). Until
+    object stores are supported, a URL is refused naming the key or option."""
+    from jaxdrive.eval import cli as eval_cli
+    from jaxdrive.runs.config import RunConfig
+    from jaxdrive.train import cli as train_cli
+
+    with pytest.raises(ConfigError, match=r"'logging': config key 'output_dir' = "
+                                          r"'gs://bucket/runs' is a gs:// URL.*mount the "
+                                          r"bucket"):
+        RunConfig.from_dict({"logging": {"output_dir": "gs://bucket/runs"}})
+    with pytest.raises(ConfigError, match="'data': config key 'path' = 's3://b/womd' is a "
+                                          "s3:// URL"):
+        RunConfig.from_dict({"data": {"path": "s3://b/womd"}})
+    _usage_error(train_cli.main, ["--resume", "gs://bucket/runs/r1"], capsys, "--resume",
+                 "gs:// URL")
+    _usage_error(eval_cli.main, ["--checkpoint", str(tmp_path), "--out", "gs://b/r.json"],
+                 capsys, "--out", "gs:// URL")
+    assert not any(p.name.startswith("gs:") for p in tmp_path.parent.iterdir())

@@ -102,7 +102,7 @@ def test_a_signal_swallowed_inside_a_callback_is_delivered_again(capsys):
 
 VALUES = ["9223372036854775808", "-9223372036854775809", "1180591620717411303424", "nan",
           "inf", "-inf", "1e-320", "-0", "", " ", "x" * 5000, "\udcff\udcfe", "0x10", "1e400",
-          "1_000", "１２"]
+          "1_000", "１２", "gs://bucket/x"]
 
 
 def _commands(tmp_path):
@@ -124,7 +124,7 @@ def _commands(tmp_path):
         "eval": (eval_cli.main, ["--checkpoint", missing]),
         "render": (render_cli.main, ["--checkpoint", missing, "--out", str(tmp_path)]),
         "inspect": (inspect_cli.main, ["--checkpoint", missing]),
-        "simulate": (simulate.main, ["--json", unwritable]),
+        "simulate": (simulate.main, ["--config", missing + ".yaml", "--json", unwritable]),
         "autotune": (autotune_cli.main, ["--config", missing + ".yaml"]),
         "data convert": (data_main, ["convert", missing, "--out", str(tmp_path / "o")]),
         "bench env": (bench_cli.main, ["env", "--json", unwritable]),

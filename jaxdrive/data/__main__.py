@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from jaxdrive.command import add_debug_flag, run_command
-from jaxdrive.config import ConfigError, finite_float_arg
+from jaxdrive.config import ConfigError, finite_float_arg, local_path_arg
 from jaxdrive.data import shards as shards_lib
 from jaxdrive.data import subsets as subsets_lib
 from jaxdrive.data.checks import scenario_problems
@@ -291,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     add_debug_flag(parser)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("convert", help="JSON scenes / WOMD TFRecords -> npz shards")
-    p.add_argument("inputs", nargs="+", help="files or directories (JSON, TFRecord, mixed)")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("inputs", type=local_path_arg, nargs="+",
+                   help="files or directories (JSON, TFRecord, mixed)")
+    p.add_argument("--out", type=local_path_arg, required=True, help="output directory")
     p.add_argument("--shard-size", type=int, default=128, help="scenarios per shard")
     p.add_argument("--no-compress", action="store_true", help="store shards uncompressed")
     p.add_argument("--workers", type=int, default=1, help="conversion processes")

@@ -53,6 +53,7 @@ from jaxdrive.config import (
     ConfigError,
     list_presets,
     load_yaml,
+    local_path_arg,
     resolve_config_path,
     yaml_load,
 )
@@ -93,15 +94,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="eval config YAML (eval: sections): a file or a preset name "
                         "(default: the preset eval/SUITE when --suite names one, e.g. "
                         "--suite realism, else eval/default)")
-    p.add_argument("--checkpoint", required=True, metavar="RUN_DIR",
+    p.add_argument("--checkpoint", type=local_path_arg, required=True, metavar="RUN_DIR",
                    help="training run directory")
     p.add_argument("--suite", default=None, help="suite or evaluator name")
-    p.add_argument("--out", default=None, metavar="FILE", help="results JSON path")
+    p.add_argument("--out", type=local_path_arg, default=None, metavar="FILE",
+                   help="results JSON path")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="set one key of one eval section (repeatable; VALUE is YAML), e.g. "
                         "realism.scenarios=[/data/womd_shards]")
     p.add_argument("--which", default="best", choices=("best", "last"))
-    p.add_argument("--output-root", default="eval_runs")
+    p.add_argument("--output-root", type=local_path_arg, default="eval_runs")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--shard-id", type=int, default=None, metavar="I",
                    help="evaluate only shard I (0 <= I < N) of --num-shards N")
@@ -123,7 +125,8 @@ def _merge_parser() -> argparse.ArgumentParser:
                                             "--num-shards) into the serial run's results.")
     add_debug_flag(p)
     p.add_argument("files", nargs="+", metavar="FILE", help="shard results files")
-    p.add_argument("--out", required=True, metavar="FILE", help="merged results JSON path")
+    p.add_argument("--out", type=local_path_arg, required=True, metavar="FILE",
+                   help="merged results JSON path")
     return p
 
 

@@ -38,7 +38,7 @@ import numpy as np
 import yaml
 
 from jaxdrive.command import add_debug_flag
-from jaxdrive.config import MAX_SEED, ConfigError, int_arg, merge, parse_overrides
+from jaxdrive.config import MAX_SEED, ConfigError, int_arg, local_path_arg, merge, parse_overrides
 from jaxdrive.env import Env, episode_steps
 from jaxdrive.files import OutputError, atomic_open, atomic_write_text, check_writable
 from jaxdrive.inspect.plots import plot_attention, plot_cache
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.inspect", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_debug_flag(p)
-    p.add_argument("--checkpoint", metavar="RUN_DIR", required=True,
+    p.add_argument("--checkpoint", type=local_path_arg, metavar="RUN_DIR", required=True,
                    help="a training run directory")
     p.add_argument("--which", default="best", choices=("best", "last"),
                    help="checkpoint of the run to load (default best)")
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
                         f"mode, else {DEFAULT_TRIALS})")
     p.add_argument("--agent", type=int, default=None, metavar="A",
                    help="agent slot to inspect (default: the SDC, else the first controlled)")
-    p.add_argument("--out", default=None, metavar="DIR",
+    p.add_argument("--out", type=local_path_arg, default=None, metavar="DIR",
                    help="output directory (default RUN_DIR/inspect)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set env.trial_timeout=40")

@@ -31,7 +31,7 @@ import yaml
 
 from jaxdrive.agents.controllers import log_replay, random_actions
 from jaxdrive.command import add_debug_flag
-from jaxdrive.config import MAX_SEED, ConfigError, int_arg, parse_overrides
+from jaxdrive.config import MAX_SEED, ConfigError, int_arg, local_path_arg, parse_overrides
 from jaxdrive.env import Env, episode_steps
 from jaxdrive.files import OutputError, check_writable, check_writable_file, write_or_fallback
 from jaxdrive.render.record import (
@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jaxdrive.render", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_debug_flag(p)
-    p.add_argument("--checkpoint", metavar="RUN_DIR", help="a training run directory")
+    p.add_argument("--checkpoint", type=local_path_arg, metavar="RUN_DIR",
+                   help="a training run directory")
     p.add_argument("--which", default="best", choices=("best", "last"),
                    help="checkpoint of the run to load (default best)")
     p.add_argument("--config", help="run config YAML for the env when no --checkpoint")
@@ -148,9 +149,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=int_arg(1, 100_000), default=16,
                    help="frames per device call")
     p.add_argument("--no-overlay", action="store_true", help="no text on the frames")
-    p.add_argument("--png", metavar="FILE", help="write one frame as PNG instead of videos")
+    p.add_argument("--png", type=local_path_arg, metavar="FILE",
+                   help="write one frame as PNG instead of videos")
     p.add_argument("--frame", type=int, default=0, help="frame index for --png")
-    p.add_argument("--out", default="renders", help="output directory for videos")
+    p.add_argument("--out", type=local_path_arg, default="renders",
+                   help="output directory for videos")
     return p
 
 

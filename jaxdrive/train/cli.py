@@ -46,7 +46,7 @@ from pathlib import Path
 import jax
 
 from jaxdrive.command import Stopped, add_debug_flag
-from jaxdrive.config import ConfigError, parse_overrides
+from jaxdrive.config import ConfigError, local_path_arg, parse_overrides
 from jaxdrive.distributed import (
     DEFAULT_TIMEOUT_S,
     DistributedError,
@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
                         "(quickstart, selfplay_gpu, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set train.total_steps=2000000")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+    p.add_argument("--resume", type=local_path_arg, default=None, metavar="RUN_DIR",
                    help="continue a run from its newest intact checkpoint (uses its "
                         "config.yaml)")
     p.add_argument("--population", type=int, default=None, metavar="N",
