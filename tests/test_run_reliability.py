@@ -356,3 +356,37 @@ def test_signals_at_random_moments_of_training(tmp_path, capsys, reference):
 def test_signals_at_random_moments_of_training_long(tmp_path, capsys, reference):
     outcomes = _signal_campaign(tmp_path, capsys, reference, rounds=30, seed=41)
     assert sum(outcomes.values()) == 30
+
+
+def test_run_dir_starts_then_resumes_with_the_same_command(tmp_path, monkeypatch, capsys,
+                                                           reference):
+    """Issue 39, item 4: a requeued job reruns its command. ``--config C --run-dir D``
+    starts the run in D; SIGTERM saves after iteration 1; the same command again resumes
+    it and ends equal to the uninterrupted run; once more, it has nothing left to do."""
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(_data(tmp_path / "unused")))
+    run_dir = tmp_path / "job"
+    argv = ["--config", str(config_file), "--run-dir", str(run_dir)]
+    original = run.JsonlWriter.write
+
+    def write_then_sigterm(self, step, metrics):
+        original(self, step, metrics)
+        if step == STEPS_PER_IT:
+            os.kill(os.getpid(), signal.SIGTERM)  # the scheduler preempts the job
+
+    with monkeypatch.context() as m:
+        m.setattr(run.JsonlWriter, "write", write_then_sigterm)
+        assert cli.main(argv) == 0
+    assert Checkpointer(run_dir / "checkpoints").all_steps() == [1]
+    assert not (tmp_path / "unused").exists()  # the run is D itself, not under output_dir
+    capsys.readouterr()
+    assert cli.main(argv) == 0  # requeued: the same command
+    assert f"note: {run_dir} holds a run: resuming it" in capsys.readouterr().out
+    _assert_same_run(run_dir, reference)
+    assert cli.main(argv) == 0  # nothing left to train: the run is unchanged
+    _assert_same_run(run_dir, reference)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    assert cli.main(["--config", str(config_file), "--run-dir", str(tmp_path / "other")]) == 2
+    assert "holds no checkpoint to resume but other files (notes.txt)" in \
+        capsys.readouterr().err

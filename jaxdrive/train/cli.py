@@ -56,6 +56,7 @@ from jaxdrive.distributed import (
     is_main_process,
 )
 from jaxdrive.files import OutputError, UnsafeNameError
+from jaxdrive.runs.checkpoint import is_step_name
 from jaxdrive.runs.config import RunConfig, flat_items, load_run_config, member_config
 from jaxdrive.runs.load import read_run_config
 from jaxdrive.runs.lock import RunLockedError
@@ -85,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", type=local_path_arg, default=None, metavar="RUN_DIR",
                    help="continue a run from its newest intact checkpoint (uses its "
                         "config.yaml)")
+    p.add_argument("--run-dir", type=local_path_arg, default=None, metavar="DIR",
+                   help="with --config: train in DIR, resuming the run there if DIR holds "
+                        "one (a checkpoint) and starting it otherwise, so that a requeued "
+                        "job can rerun the same command")
     p.add_argument("--population", type=int, default=None, metavar="N",
                    help="train N partner runs into one population directory (sets "
                         "population.size; per-member overrides: population.members)")
@@ -106,15 +111,51 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _setup(args) -> tuple[RunConfig, Path]:
-    """The config and run directory (a fresh one is created) for the parsed arguments."""
-    overrides = parse_overrides(args.overrides)
-    if not args.resume:
-        config = load_run_config(args.config, overrides)
+def _holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run that saved a checkpoint (``--run-dir`` resumes it)."""
+    ckpt = run_dir / "checkpoints"
+    return any(is_step_name(p.name) for w in ("last", "best") if (ckpt / w).is_dir()
+               for p in (ckpt / w).iterdir())
+
+
+def _fresh_run_dir(config: RunConfig, args) -> Path:
+    """The run directory of a new run: ``--run-dir`` as given (created; it may hold only
+    what a start that saved nothing left), else a new timestamped one."""
+    if args.run_dir is None:
         # Process 0 names and creates the run directory; the others use its name.
         made = str(new_run_dir(config, Path(args.config).stem)) if is_main_process() else None
-        return config, Path(broadcast_text(made))
-    run_dir = Path(args.resume)
+        return Path(broadcast_text(made))
+    run_dir = Path(args.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
+    leftovers = {"config.yaml", "run.lock", "metrics.jsonl", "checkpoints"}
+    other = sorted(p.name for p in run_dir.iterdir() if p.name not in leftovers) \
+        if run_dir.is_dir() else []
+    if other:
+        raise ConfigError(f"--run-dir {run_dir} holds no checkpoint to resume but other files "
+                          f"({', '.join(other[:3])}): give an empty or new directory")
+    if is_main_process():
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"cannot create the run directory {run_dir}: "
+                              f"{e.strerror or e}") from e
+    return run_dir
+
+
+def _setup(args) -> tuple[RunConfig, Path, bool]:
+    """The config, the run directory and whether the run resumes, for the parsed
+    arguments (a fresh run's directory is created)."""
+    overrides = parse_overrides(args.overrides)
+    resume = args.resume
+    if args.run_dir is not None and _holds_a_run(Path(args.run_dir)):
+        print(f"note: {args.run_dir} holds a run: resuming it (its config.yaml plus --set)",
+              flush=True)
+        resume = args.run_dir
+    if not resume:
+        config = load_run_config(args.config, overrides)
+        return config, _fresh_run_dir(config, args), False
+    run_dir = Path(resume)
     config = read_run_config(run_dir, overrides)
     _check_resume_overrides(read_run_config(run_dir), config, run_dir)
     if args.config and load_run_config(args.config, overrides) != config:
@@ -123,7 +164,7 @@ def _setup(args) -> tuple[RunConfig, Path]:
     if not (run_dir / "checkpoints").is_dir():
         raise FileNotFoundError(f"{run_dir}/checkpoints not found: the run saved no "
                                 "checkpoint to resume from.")
-    return config, run_dir
+    return config, run_dir, True
 
 
 # Sections a resumed run keeps: its checkpoint's parameters were made for them (policy
@@ -160,6 +201,9 @@ def _population_config(args) -> int | None:
         config = load_run_config(args.config, overrides)
         if config.population.size == 0:
             return None
+        if args.run_dir is not None:
+            raise ConfigError("population.size > 0 trains a population directory; it "
+                              "cannot take --run-dir")
         if jax.process_count() > 1:
             raise ConfigError("population.size > 0: train a population in one process "
                               "(members are trained one after the other).")
@@ -195,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     input, 1 when the run failed)."""
     p = _parser()
     args = p.parse_args(argv)
+    if args.run_dir is not None and (args.resume or not args.config):
+        p.error("--run-dir DIR goes with --config (it resumes the run in DIR if there is "
+                "one); use --resume RUN_DIR alone to continue a run")
+    if args.run_dir is not None and args.population is not None:
+        p.error("--population trains a population directory; it cannot take --run-dir")
     if not args.config and not args.resume:
         p.error("give --config FILE or PRESET (e.g. configs/quickstart.yaml or quickstart) "
                 "or --resume RUN_DIR")
@@ -211,15 +260,15 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
         initialize(group, timeout_s=args.distributed_timeout,
                    heartbeat_s=args.distributed_timeout)
-        config, run_dir = _setup(args)
+        config, run_dir, resume = _setup(args)
     except (*INPUT_ERRORS, OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        metrics = train(config, run_dir, resume=bool(args.resume),
+        metrics = train(config, run_dir, resume=resume,
                         force_unlock=args.force_unlock)
     except BaseException as e:
-        removed = not args.resume and is_main_process() and remove_unused_run_dir(run_dir)
+        removed = not resume and is_main_process() and remove_unused_run_dir(run_dir)
         if removed and not isinstance(e, (StoppedAtStartup, KeyboardInterrupt)):
             print(f"note: removed {run_dir}: the run failed before saving anything",
                   file=sys.stderr)
