@@ -107,6 +107,12 @@ def test_conversion_keeps_every_point_when_the_map_fits():
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_real_road_edges_within_tolerance_after_simplification():
     cc = ConvertConfig()
+    # womd_json_train/ (read since .json.gz is): three of its 44 scenes hold more objects
+    # than the 128 slots (131, 141, 149 in its SOURCES.tsv), the rest beyond the slots
+    # counted as truncated, and some maps need more than the base tolerance.
+    table = DATA / "womd_json_train" / "SOURCES.tsv"
+    sources = {line.split("\t")[0]: int(line.split("\t")[4]) for line in
+               table.read_text().splitlines()[1:] if line.strip()} if table.exists() else {}
     for item in iter_items(expand_inputs([str(DATA)])):
         raw = read_item(item)
         rel = raw.road_xy - raw.road_xy.mean(axis=0)
@@ -118,7 +124,14 @@ def test_real_road_edges_within_tolerance_after_simplification():
             worst = max(worst, _max_deviation(rel[a:b], kept[a:b]))
         assert worst <= cc.road_tolerance + 1e-9, raw.source
         _, info = convert_scene(raw, real_data_config(), cc)
-        # The real-data defaults keep every map at the base tolerance: nothing coarser.
+        name = Path(raw.source).name
+        if name in sources:  # womd_json_train/: denser maps than the six original scenes
+            assert max(info["road_tolerance"]) <= cc.max_road_tolerance, raw.source
+            assert info["truncated_agents"] == max(
+                0, sources[name] - real_data_config().max_agents), (raw.source, info)
+            continue
+        # The real-data defaults keep the six original maps at the base tolerance:
+        # nothing coarser.
         assert max(info["road_tolerance"]) <= cc.road_tolerance, raw.source
         assert info["truncated_road_points"] == info["simplified_road_points"], raw.source
         # ... and every object, lane and traffic light.
