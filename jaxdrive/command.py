@@ -27,22 +27,12 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 
-from jaxdrive.signals import NAMES
+from jaxdrive.signals import NAMES, Stopped, raise_stopped
+
+__all__ = ["Stopped", "add_debug_flag", "run_command", "traceback_file"]
 
 DEBUG_FLAG = "--debug"
 _REDELIVER_S = 0.05
-
-
-class Stopped(KeyboardInterrupt):
-    """Raised by Ctrl-C or SIGTERM while a command runs (``signum``: which)."""
-
-    def __init__(self, signum: int):
-        super().__init__(NAMES.get(signum, f"signal {signum}"))
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + int(self.signum)
 
 
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
@@ -50,10 +40,6 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(DEBUG_FLAG, action="store_true",
                         help="on an unexpected error, print the full Python traceback "
                              "instead of writing it to a file")
-
-
-def _raise_stop(signum: int, frame) -> None:
-    raise Stopped(signum)
 
 
 def _redeliver(hook: Callable) -> Callable:
@@ -90,7 +76,7 @@ def run_command(main: Callable[[list[str]], int], command: str,
     previous = {}
     for signum in NAMES:
         try:
-            previous[signum] = signal.signal(signum, _raise_stop)
+            previous[signum] = signal.signal(signum, raise_stopped)
         except ValueError:  # not the main thread: leave signals alone
             pass
     hook, sys.unraisablehook = sys.unraisablehook, _redeliver(sys.unraisablehook)

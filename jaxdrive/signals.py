@@ -9,7 +9,9 @@ callback, where Python would print "Exception ignored" and carry on), the work c
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from collections.abc import Callable
 
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
@@ -56,3 +58,43 @@ class StopRequest:
             # None: the handler was installed outside Python; the default is closest.
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         self._previous.clear()
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised by Ctrl-C or SIGTERM while a command runs (``signum``: which)."""
+
+    def __init__(self, signum: int):
+        super().__init__(NAMES.get(signum, f"signal {signum}"))
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum)
+
+
+def raise_stopped(signum: int, frame) -> None:
+    """A signal handler: ``Stopped(signum)``."""
+    raise Stopped(signum)
+
+
+def stop_from_the_start(command: str) -> None:
+    """For ``python -m jaxdrive.X`` (called on importing the package): Ctrl-C and SIGTERM
+    raise ``Stopped`` from the first import on, and a stop that ends the program before
+    the command's own handling (while JAX and the modules load) is one line and exit
+    130 / 143, not a ``KeyboardInterrupt`` traceback. Nothing was written by then."""
+    for signum in NAMES:
+        try:
+            signal.signal(signum, raise_stopped)
+        except ValueError:  # not the main thread
+            return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not isinstance(value, KeyboardInterrupt):
+            return previous(kind, value, tb)
+        signum = getattr(value, "signum", signal.SIGINT)
+        print(f"stopped by {NAMES.get(signum, f'signal {signum}')} while {command} was "
+              "starting: nothing was done", file=sys.stderr, flush=True)
+        os._exit(128 + int(signum))
+
+    sys.excepthook = hook

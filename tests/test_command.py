@@ -177,3 +177,36 @@ def test_no_value_of_any_typed_option_gives_a_traceback(tmp_path, capsys):
                 tried += 1
                 codes[command] = codes.get(command, 0) + 1
     assert tried >= 150, (tried, codes)
+
+
+def test_a_signal_while_a_command_starts_is_one_line_not_a_traceback():
+    """Issue 40, item 1: Ctrl-C while ``python -m jaxdrive.data`` was still importing
+    JAX was a raw KeyboardInterrupt traceback. ``python -m jaxdrive.X`` installs the stop
+    handling on importing the package; a stop that ends the program then is one line."""
+    import subprocess
+    import sys
+
+    code = ("from jaxdrive.signals import stop_from_the_start\n"
+            "stop_from_the_start('jaxdrive.data')\n"
+            "import os, signal, time\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "time.sleep(5)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 143
+    assert out.stderr == ("stopped by SIGTERM while jaxdrive.data was starting: nothing "
+                          "was done\n")
+
+
+def test_only_python_m_jaxdrive_installs_it(monkeypatch):
+    import sys
+
+    import jaxdrive
+
+    for argv, expected in ((["python", "-m", "jaxdrive.data", "convert"], "jaxdrive.data"),
+                           (["python", "-m", "jaxdrive"], "jaxdrive"),
+                           (["python", "-m", "pytest", "-q"], None),
+                           (["python", "-m", "jaxdrivex.y"], None),
+                           (["python", "script.py", "-m"], None)):
+        monkeypatch.setattr(sys, "orig_argv", argv)
+        assert jaxdrive._run_as_a_command() == expected, argv
