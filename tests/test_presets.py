@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 RUN_PRESETS = ("quickstart", "quickstart_transformer", "cpu_hour", "selfplay_gpu", "adaptive",
                "adaptive_hidden_goal", "adaptive_hidden_goal_mlp", "adaptive_population",
-               "adaptive_population_partner", "womd_small", "womd_bc")
+               "adaptive_population_partner", "womd_small", "womd_bc", "womd")
 SIMULATE_PRESETS = ("simulate_default", "simulate_hard", "human_replay", "adaptive_simulate")
 SUITE_PRESETS = ("eval/default", "eval/realism", "eval/population")
 
