@@ -27,7 +27,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 
-from jaxdrive.signals import NAMES, Stopped, raise_stopped
+from jaxdrive.signals import NAMES, Stopped, raise_stopped, signal_name
 
 __all__ = ["Stopped", "add_debug_flag", "run_command", "traceback_file"]
 
@@ -84,7 +84,7 @@ def run_command(main: Callable[[list[str]], int], command: str,
         return main(argv)
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        print(f"stopped by {NAMES.get(signum, f'signal {signum}')}: jaxdrive.{command} did "
+        print(f"stopped by {signal_name(signum)}: jaxdrive.{command} did "
               "not finish; outputs are complete or as they were", file=sys.stderr, flush=True)
         return 128 + int(signum)
     except Exception as e:  # noqa: BLE001 - the point: no traceback for anything

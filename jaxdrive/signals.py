@@ -17,6 +17,11 @@ from collections.abc import Callable
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
+def signal_name(signum: int) -> str:
+    """``Ctrl-C``, ``SIGTERM`` or ``signal N``."""
+    return NAMES.get(signum, f"signal {signum}")
+
+
 class StopRequest:
     """Context manager: records the first Ctrl-C or SIGTERM (``requested``, ``name``,
     ``exit_code``); ``notice(name)`` is printed when it arrives; a second one raises
@@ -64,7 +69,7 @@ class Stopped(KeyboardInterrupt):
     """Raised by Ctrl-C or SIGTERM while a command runs (``signum``: which)."""
 
     def __init__(self, signum: int):
-        super().__init__(NAMES.get(signum, f"signal {signum}"))
+        super().__init__(signal_name(signum))
         self.signum = signum
 
     @property
@@ -93,7 +98,7 @@ def stop_from_the_start(command: str) -> None:
         if not isinstance(value, KeyboardInterrupt):
             return previous(kind, value, tb)
         signum = getattr(value, "signum", signal.SIGINT)
-        print(f"stopped by {NAMES.get(signum, f'signal {signum}')} while {command} was "
+        print(f"stopped by {signal_name(signum)} while {command} was "
               "starting: nothing was done", file=sys.stderr, flush=True)
         os._exit(128 + int(signum))
 

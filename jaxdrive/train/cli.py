@@ -56,14 +56,15 @@ from jaxdrive.distributed import (
     is_main_process,
 )
 from jaxdrive.files import OutputError, UnsafeNameError
-from jaxdrive.runs.checkpoint import is_step_name
 from jaxdrive.runs.config import RunConfig, flat_items, load_run_config, member_config
 from jaxdrive.runs.load import read_run_config
 from jaxdrive.runs.lock import RunLockedError
 from jaxdrive.train.population import train_population
 from jaxdrive.train.run import (
+    START_FILES,
     StoppedAtStartup,
     TrainingDiverged,
+    has_saved_step,
     new_run_dir,
     remove_unused_run_dir,
     summary_lines,
@@ -111,13 +112,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _holds_a_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a run that saved a checkpoint (``--run-dir`` resumes it)."""
-    ckpt = run_dir / "checkpoints"
-    return any(is_step_name(p.name) for w in ("last", "best") if (ckpt / w).is_dir()
-               for p in (ckpt / w).iterdir())
-
-
 def _fresh_run_dir(config: RunConfig, args) -> Path:
     """The run directory of a new run: ``--run-dir`` as given (created; it may hold only
     what a start that saved nothing left), else a new timestamped one."""
@@ -128,8 +122,7 @@ def _fresh_run_dir(config: RunConfig, args) -> Path:
     run_dir = Path(args.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
-    leftovers = {"config.yaml", "run.lock", "metrics.jsonl", "checkpoints"}
-    other = sorted(p.name for p in run_dir.iterdir() if p.name not in leftovers) \
+    other = sorted(p.name for p in run_dir.iterdir() if p.name not in START_FILES) \
         if run_dir.is_dir() else []
     if other:
         raise ConfigError(f"--run-dir {run_dir} holds no checkpoint to resume but other files "
@@ -148,7 +141,7 @@ def _setup(args) -> tuple[RunConfig, Path, bool]:
     arguments (a fresh run's directory is created)."""
     overrides = parse_overrides(args.overrides)
     resume = args.resume
-    if args.run_dir is not None and _holds_a_run(Path(args.run_dir)):
+    if args.run_dir is not None and has_saved_step(Path(args.run_dir)):
         print(f"note: {args.run_dir} holds a run: resuming it (its config.yaml plus --set)",
               flush=True)
         resume = args.run_dir

@@ -328,6 +328,17 @@ def _start(config, run_dir, resume, quiet, stop_when) -> _Run:
     return run
 
 
+# What ``train`` writes into a run directory before its first save.
+START_FILES = frozenset({"config.yaml", LOCK_FILE, "metrics.jsonl", "checkpoints"})
+
+
+def has_saved_step(run_dir: Path) -> bool:
+    """Whether ``run_dir/checkpoints`` holds a saved step (in ``last/`` or ``best/``)."""
+    ckpt = Path(run_dir) / "checkpoints"
+    return any(is_step_name(p.name) for w in ("last", "best") if (ckpt / w).is_dir()
+               for p in (ckpt / w).iterdir())
+
+
 def remove_unused_run_dir(run_dir: Path) -> bool:
     """Removes ``run_dir`` if a failed start left nothing in it but what ``train`` writes
     first (config, lock, an empty metrics file, checkpoints without a step); returns
@@ -336,15 +347,12 @@ def remove_unused_run_dir(run_dir: Path) -> bool:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return False
-    allowed = {"config.yaml", LOCK_FILE, "metrics.jsonl", "checkpoints"}
-    if any(p.name not in allowed for p in run_dir.iterdir()):
+    if any(p.name not in START_FILES for p in run_dir.iterdir()):
         return False
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists() and metrics.stat().st_size > 0:
         return False
-    ckpt = run_dir / "checkpoints"
-    if ckpt.exists() and any(is_step_name(p.name) for w in ("last", "best") if (ckpt / w).is_dir()
-                             for p in (ckpt / w).iterdir()):
+    if has_saved_step(run_dir):
         return False
     shutil.rmtree(run_dir)
     return True
