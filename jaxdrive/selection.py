@@ -1,16 +1,16 @@
 """Exact "k nearest" selection: the indices of the k smallest keys of each row, smallest
 first, ties by the lower index (what ``lax.top_k(-key, k)`` returns).
 
-On CPU, ``lax.top_k`` is a per-row custom call: the partner selection of 128-agent scenes
-spent ~40 % of the env step there (``docs/benchmarks.md``). ``smallest_k`` runs a bitonic
-sorting network instead, with the rows on the minor axis so that every compare-exchange
-is a vector operation over rows: 1.9x faster for 1,024 rows of 127 keys. For a few of
-many (``k <= PASSES_MAX_K``: the 4 nearest of 32 traffic lights, 8 partners of 63) it
-runs ``k`` selection passes instead (each a minimum over the row, then the first index
-holding it): 2k reductions against the network's dozens of stages (the light tokens of
-16 real-scene envs: 0.41 -> 0.14 ms a step). Other backends, and rows of fewer
-than ``NETWORK_MIN_KEYS`` keys, keep ``lax.top_k`` (``lax.platform_dependent``); all give
-the same indices.
+On CPU, ``lax.top_k`` is a per-row partial sort whose cost grows with ``k``: choosing the
+63 nearest of 127 partners spent ~40 % of the env step there (``docs/benchmarks.md``).
+For many picks (``k > TOP_K_MAX_K``) ``smallest_k`` runs a bitonic sorting network
+instead, with the rows on the minor axis so that every compare-exchange is a vector
+operation over rows; its cost does not depend on ``k`` (1,024 rows of 127 keys: 1.7 ms
+for 63 picks against top_k's 4.9 ms). For a few picks (the 4 nearest of 32 traffic
+lights, 7 or 8 partners of 63 or 127) ``lax.top_k`` is the fastest of the three ways
+measured (1,024 rows, 127 keys, 7 picks: 0.78 ms against the network's 1.7 ms and 2.3 ms
+for k arg-min passes). Other backends, and rows of fewer than ``NETWORK_MIN_KEYS`` keys,
+keep ``lax.top_k`` (``lax.platform_dependent``); all give the same indices.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["NETWORK_MIN_KEYS", "PASSES_MAX_K", "smallest_k", "smallest_k_network",
-           "smallest_k_passes"]
+__all__ = ["NETWORK_MIN_KEYS", "TOP_K_MAX_K", "smallest_k", "smallest_k_network"]
 
 # Rows shorter than this keep ``lax.top_k`` on CPU too: the network's gain there is tens
 # of microseconds per step (e.g. 16 light slots), while its dozens of small fusions add
 # about a second to every compilation of the env step.
 NETWORK_MIN_KEYS = 32
-# Up to this many picks, k selection passes beat the sorting network on CPU.
-PASSES_MAX_K = 8
+# Up to this many picks ``lax.top_k`` beats the network on CPU (crossover measured
+# between 8 and 16 picks of 127 keys).
+TOP_K_MAX_K = 8
 
 
 def smallest_k(key: jax.Array, k: int) -> jax.Array:
@@ -38,35 +38,10 @@ def smallest_k(key: jax.Array, k: int) -> jax.Array:
     if k == 0:
         return jnp.zeros(key.shape[:-1] + (0,), jnp.int32)
     top_k = lambda x: jax.lax.top_k(-x, k)[1].astype(jnp.int32)  # noqa: E731
-    if n < NETWORK_MIN_KEYS:
+    if n < NETWORK_MIN_KEYS or k <= TOP_K_MAX_K:
         return top_k(key)
-    cpu = smallest_k_passes if k <= PASSES_MAX_K else smallest_k_network
-    return jax.lax.platform_dependent(key, cpu=lambda x: cpu(x, k), default=top_k)
-
-
-def smallest_k_passes(key: jax.Array, k: int) -> jax.Array:
-    """``smallest_k`` by ``k`` selection passes on any backend (the CPU branch for small
-    ``k``): each pass takes the smallest key not yet taken and the lowest index holding
-    it. NaN keys count as ``+inf``."""
-    lead, n = key.shape[:-1], key.shape[-1]
-    rows = key.reshape(-1, n).astype(jnp.float32)
-    # (N, R): a reduction over keys is an elementwise minimum of R-long vectors.
-    vals = jnp.where(jnp.isnan(rows), jnp.inf, rows).T
-    pos = jnp.arange(n, dtype=jnp.int32)[:, None]
-    taken = jnp.zeros(vals.shape, bool)
-    picks = []
-    for _ in range(k):
-        # The first position of the smallest key not taken, by one arg-min reduction: a
-        # minimum followed by a search for a key equal to it found none at times, inside
-        # the env's fused step (real scenes, 4 of 32 lights), and left the pick out of range.
-        pick = jnp.argmin(jnp.where(taken, jnp.inf, vals), axis=0).astype(jnp.int32)
-        # Where every key left is +inf the arg-min may land on a taken position: the
-        # first position not taken holds the smallest key then.
-        again = jnp.any(taken & (pos == pick), axis=0)
-        pick = jnp.where(again, jnp.argmin(taken, axis=0).astype(jnp.int32), pick)
-        picks.append(pick)
-        taken = taken | (pos == pick)
-    return jnp.stack(picks, axis=-1).reshape(lead + (k,))
+    return jax.lax.platform_dependent(key, cpu=lambda x: smallest_k_network(x, k),
+                                      default=top_k)
 
 
 def smallest_k_network(key: jax.Array, k: int) -> jax.Array:

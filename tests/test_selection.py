@@ -27,12 +27,11 @@ def _keys(rng, shape, tie_values=None):
 CASES = [(1, 1, 1), (5, 2, 1), (7, 3, 3), (16, 16, 4), (9, 17, 5), (33, 127, 63),
          (4, 64, 64), (3, 100, 7), (12, 32, 4), (6, 63, 8)]
 dispatch = jax.jit(selection.smallest_k, static_argnums=1)
-# The three side by side in one program: one compile per case instead of three (where
-# the dispatch picks the network, XLA compiles the shared network once).
+# The three side by side in one program: one compile per case instead of three (XLA
+# compiles the network, or top_k, once where the dispatch picks it).
 all_three = jax.jit(lambda key, k: (selection.smallest_k_network(key, k),
                                     selection.smallest_k(key, k),
-                                    jax.lax.top_k(-key, k)[1],
-                                    selection.smallest_k_passes(key, k)), static_argnums=1)
+                                    jax.lax.top_k(-key, k)[1]), static_argnums=1)
 
 
 @pytest.mark.parametrize("rows,n,k", CASES)
@@ -41,10 +40,8 @@ def test_network_and_dispatch_equal_a_stable_sort(rows, n, k):
     for tie_values in (None, 5):
         key = _keys(rng, (rows, n), tie_values)
         want = _reference(key, k)
-        got_network, got_dispatch, got_top_k, got_passes = jax.device_get(
-            all_three(key, k))
+        got_network, got_dispatch, got_top_k = jax.device_get(all_three(key, k))
         np.testing.assert_array_equal(got_network, want)
-        np.testing.assert_array_equal(got_passes, want)
         np.testing.assert_array_equal(got_dispatch, want)
         # lax.top_k on the negated keys is the contract other backends run.
         np.testing.assert_array_equal(got_top_k, want)
@@ -70,14 +67,18 @@ def test_all_masked_rows_give_index_order_and_k_zero_is_empty():
         selection.smallest_k(key, 7)
 
 
-def test_cpu_runs_the_network_from_the_threshold_and_top_k_below_it():
-    """The dispatch: on CPU, rows of at least NETWORK_MIN_KEYS keys lower to the network
-    (no TopK custom call), shorter ones to lax.top_k."""
-    def lowered(n):
-        return dispatch.lower(jnp.zeros((4, n), jnp.float32), 3).as_text()
+def test_cpu_runs_the_network_for_many_picks_of_long_rows_and_top_k_otherwise():
+    """The dispatch: on CPU, rows of at least NETWORK_MIN_KEYS keys with more than
+    TOP_K_MAX_K picks lower to the network (no TopK op); shorter rows, and a few picks of
+    any row, to lax.top_k."""
+    def has_top_k(n, k):
+        text = dispatch.lower(jnp.zeros((4, n), jnp.float32), k).as_text().lower()
+        return "top_k" in text or "topk" in text
 
-    n = selection.NETWORK_MIN_KEYS
-    assert "top_k" in lowered(n - 1).lower() or "topk" in lowered(n - 1).lower()
+    n, k = selection.NETWORK_MIN_KEYS, selection.TOP_K_MAX_K
+    assert has_top_k(n - 1, k + 1)
+    assert has_top_k(n, k)
+    assert has_top_k(127, k)
     if jax.default_backend() == "cpu":
-        text = lowered(n).lower()
-        assert "top_k" not in text and "topk" not in text
+        assert not has_top_k(n, k + 1)
+        assert not has_top_k(127, 63)
