@@ -120,6 +120,39 @@ def test_sigterm_saves_and_resume_skips_a_damaged_checkpoint_with_identical_resu
     assert f"{run_dir / 'config.prev.yaml'}" in out
 
 
+def test_a_stop_saves_and_leaves_without_the_last_validation_videos_or_evaluations(
+        tmp_path, monkeypatch, reference):
+    """Issue 39, item 4: a SIGTERM during an iteration ran a finished run's last
+    validation (a fresh compile: 233 s at the selfplay preset) before the save, past a
+    scheduler's grace period. Now that iteration is logged and saved, and what runs
+    between steps (validation, videos, evaluations) is skipped."""
+    calls = []
+    between_steps, check_finite = run._Run._between_steps, run.check_finite
+
+    def record(self, it, metrics, final, val_params=None):
+        calls.append((it, final))
+        return between_steps(self, it, metrics, final, val_params)
+
+    def sigterm_in_iteration_2(it, *args):
+        check_finite(it, *args)
+        if it == 2 and signal_at_2:
+            os.kill(os.getpid(), signal.SIGTERM)  # after the step, before what follows it
+
+    monkeypatch.setattr(run._Run, "_between_steps", record)
+    monkeypatch.setattr(run, "check_finite", sigterm_in_iteration_2)
+    for signal_at_2, want in ((False, [(1, False), (2, False), (3, True)]),
+                              (True, [(1, False)])):
+        calls.clear()
+        config = RunConfig.from_dict(_data(tmp_path / str(signal_at_2)))
+        run_dir = run.new_run_dir(config, "tiny")
+        run.train(config, run_dir, quiet=True)
+        assert calls == want
+    assert Checkpointer(run_dir / "checkpoints").all_steps() == [1, 2]
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [STEPS_PER_IT,
+                                                                      2 * STEPS_PER_IT]
+    _leaves_equal(_raw(run_dir, 2), _raw(reference, 2))
+
+
 def test_a_non_finite_loss_stops_the_run_naming_the_iteration_and_saves_nothing(
         tmp_path, monkeypatch, capsys, reference):
     run_dir = _resumable_at_1(reference, tmp_path)

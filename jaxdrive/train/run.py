@@ -772,8 +772,13 @@ class _Run:
                         window_steps += per_it
                         window_s += dt
                         window_valid += metrics["rollout/valid_steps"]
-                    final = it == self.n_it or (pending is None and self._stop_agreed(stop))
-                    extra_due = self._between_steps(it, metrics, final, val_params)
+                    stopping = pending is None and self._stop_agreed(stop)
+                    final = it == self.n_it or stopping
+                    # A stop (Ctrl-C, SIGTERM) saves first and leaves: a last validation,
+                    # video or evaluation (a fresh compile: minutes) would not fit a
+                    # scheduler's grace period. A resumed run does them when due.
+                    extra_due = (not stopping
+                                 and self._between_steps(it, metrics, final, val_params))
                     # Only with no successor dispatched: that one would own the state.
                     if pending is None and self.stop_when is not None and \
                             self.stop_when(metrics) and not final:
