@@ -27,6 +27,7 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 
+from jaxdrive import compile_cache
 from jaxdrive.signals import NAMES, Stopped, raise_stopped, signal_name
 
 __all__ = ["Stopped", "add_debug_flag", "run_command", "traceback_file"]
@@ -67,10 +68,13 @@ def traceback_file(command: str, error: BaseException) -> str:
 
 
 def run_command(main: Callable[[list[str]], int], command: str,
-                argv: Sequence[str] | None = None) -> int:
+                argv: Sequence[str] | None = None, compilation_cache: bool = True) -> int:
     """Runs ``main(argv)`` (without ``--debug``) under the policy above; returns the exit
-    code."""
+    code. ``compilation_cache``: turn on the persistent compilation cache
+    (``jaxdrive.compile_cache``; off for the benchmarks, which time compiling)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if compilation_cache:
+        compile_cache.enable()
     debug = DEBUG_FLAG in argv
     argv = [a for a in argv if a != DEBUG_FLAG]
     previous = {}

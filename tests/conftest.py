@@ -20,6 +20,10 @@ else:
     _cache = tempfile.mkdtemp(prefix="jaxdrive-test-xla-")
 jax.config.update("jax_compilation_cache_dir", _cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+# Commands the tests start as subprocesses (``python -m jaxdrive.X``) use the same cache,
+# not the user's default one (``jaxdrive.compile_cache``).
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
 
 # The test modules that take longest (summed test time on the 2-core CI machine, from
 # `PYTHONPATH=tests python -m pytest -p compile_profile` and

@@ -19,8 +19,8 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 # Lowest first. Each entry is a top-level module or package of jaxdrive.
 LAYERS = (
-    # atomic writes and safe names; the data mesh; multi-process setup
-    ("files", "parallel", "distributed", "signals"),
+    # atomic writes and safe names; the data mesh; multi-process setup; the compile cache
+    ("files", "parallel", "distributed", "signals", "compile_cache"),
     ("command",),  # how every command line ends (stops, unexpected errors, --debug)
     # shared pytrees, config plumbing, box/segment math, k-nearest selection
     ("types", "config", "geometry", "selection"),

@@ -612,5 +612,5 @@ def _main_eval(args, argv) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main, "bench"))
+    sys.exit(run_command(main, "bench", compilation_cache=False))
 
