@@ -5,9 +5,9 @@
 Sets ``--xla_force_host_platform_device_count=DEVICES`` before JAX starts, trains the
 golden PPO configuration (transformer, trial mode, co-players, ``num_envs`` 8) for
 three iterations on the ``data`` mesh over all devices (none for DEVICES=1: the plain
-single-device program), and writes every logged metric and the final parameters to
-OUT.npz, plus OUT.json: where the state's arrays live and the collectives of the
-compiled programs (``collectives``).
+single-device program), both with ``train.shuffle_groups: 8``, and writes every
+logged metric and the final parameters to OUT.npz, plus OUT.json: where the state's
+arrays live and the collectives of the compiled programs (``collectives``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,10 @@ def main() -> None:
     from jaxdrive.train.placement import Placement, default_mesh, procedural_params
     from jaxdrive.train.ppo import PPO
 
-    config = RunConfig.from_dict(merge(PPO_BASE, {"train": {"num_envs": 8}}))
+    # Eight shuffle groups on both sides: what 8 devices do by default (``auto``), so the
+    # single device draws the same minibatches.
+    config = RunConfig.from_dict(merge(PPO_BASE, {"train": {"num_envs": 8,
+                                                            "shuffle_groups": 8}}))
     mesh = default_mesh()
     env = Env(config.env)
     env_params = procedural_params(config, env, 0, 2, mesh)

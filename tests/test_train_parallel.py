@@ -106,9 +106,10 @@ def test_gradients_reduced_once_per_update(runs):
     # moments) are summed per update; no data moves inside the update loop.
     assert all(c["op"] == "all-reduce" and all(s.endswith("[]") for s in c["shapes"])
                for c in others), others
+    # Each device keeps its own rows: the batch is never gathered (issue 39, item 1).
+    assert not [c for c in step if c["op"] == "all-gather"]
     print(f"per update: 1 gradient all-reduce ({len(grads[0]['shapes'])} tensors), "
-          f"{len(others)} scalar all-reduces; per iteration: "
-          f"{sum(c['op'] == 'all-gather' for c in step)} all-gathers (the batch)")
+          f"{len(others)} scalar all-reduces")
 
 
 @pytest.mark.slow
@@ -117,6 +118,33 @@ def test_parameters_replicated_envs_split(runs):
     assert report["params_replicated"] and report["opt_state_replicated"]
     assert len(report["env_state_split"]) == report["env_state_leaves"]
     assert set(report["env_state_split"]) == {8}
+
+
+MEMORY_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memory_case.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("groups", ["auto", "1"])
+def test_memory_per_device_follows_the_envs_per_device(tmp_path, groups):
+    """Issue 39, item 1: at 4 envs per device, the compiled step's memory per device
+    (``memory_analysis``) from 1 to 8 devices stays within 10 % with ``shuffle_groups:
+    auto``, and nothing is all-gathered; with one group (the whole batch on every
+    device) it grows with the job."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = tmp_path / "memory.json"
+    proc = subprocess.run([sys.executable, MEMORY_CASE, str(out), "4", groups], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    per_device = {int(n): r["temp_bytes"] + r["argument_bytes"] + r["output_bytes"]
+                  for n, r in report.items()}
+    print(groups, per_device)
+    if groups == "auto":
+        assert max(per_device.values()) <= 1.1 * per_device[1]
+        assert all(r["all_gathers"] == 0 for r in report.values())
+        assert [r["shuffle_groups"] for r in report.values()] == [1, 2, 4, 8]
+    else:
+        assert per_device[8] > 1.5 * per_device[1]
 
 
 def test_num_envs_must_divide_over_the_devices():

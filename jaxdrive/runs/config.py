@@ -120,6 +120,16 @@ class TrainConfig(ConfigBase):
         largest buffer runs the whole batch (nothing is dropped);
         ``rollout/dense_overflow_steps`` and ``loss/dense_overflow_minibatches`` count
         those. Off on a mesh of several devices.
+      shuffle_groups: how each epoch's minibatches are drawn. The agent rows are cut
+        into this many contiguous groups, each shuffled on its own, and every minibatch
+        takes an equal share of every group (a stratified shuffle; 1 = one shuffle of
+        all rows). On a mesh each device holds whole groups, so a minibatch is gathered
+        where its rows live and the memory per device follows the rows per device, not
+        the job. Results depend on the groups, not on the device count: 8 devices equal
+        one device with ``shuffle_groups: 8`` (up to float rounding). ``auto``: the
+        number of devices. Rows per group must be a multiple of ``minibatches``, and the
+        groups 1 or a multiple of the devices (1 on several devices: the whole batch is
+        gathered onto every device, as before this option existed).
     """
 
     objective: str = "ppo"
@@ -148,6 +158,7 @@ class TrainConfig(ConfigBase):
     bc_policy: str | None = None
     bc_kl_coef: float = 0.0
     dense_rows: str | float | bool = "auto"
+    shuffle_groups: str | int = "auto"
 
     def __post_init__(self):
         check_int("seed", self.seed, 0, 2**31 - 1)
@@ -180,6 +191,12 @@ class TrainConfig(ConfigBase):
                     isinstance(self.dense_rows, int | float) and 0 < self.dense_rows <= 1)):
             raise ConfigError(f"config key 'dense_rows' must be auto, off or a share of the "
                               f"agent rows in (0, 1], got {self.dense_rows!r}.")
+        if self.shuffle_groups != "auto":
+            if isinstance(self.shuffle_groups, bool) or not isinstance(self.shuffle_groups,
+                                                                       int):
+                raise ConfigError("config key 'shuffle_groups' must be auto or a positive "
+                                  f"integer, got {self.shuffle_groups!r}.")
+            check_int("shuffle_groups", self.shuffle_groups, 1, 1_000_000)
         if isinstance(self.co_players, str):  # one directory is a list of one
             object.__setattr__(self, "co_players", (self.co_players,))
         if not isinstance(self.co_players, tuple):

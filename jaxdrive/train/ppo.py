@@ -183,9 +183,11 @@ class PPO:
       mesh: a ``data`` mesh (``jaxdrive.parallel.data_mesh``) to run data-parallel over,
         or None (one device). Environments, agent rows and rollouts are split along it;
         parameters, optimiser state and the scene pool are replicated. Minibatches are
-        drawn from all rows, as on one device: after the rollout the (N, T) batch is
-        gathered onto every device once, each device takes its part of every
-        minibatch, and gradients and loss statistics are summed across the mesh.
+        drawn by ``train.shuffle_groups`` (``epoch_rows``): with one group per device
+        (``auto``) each device takes its part of every minibatch from its own rows and
+        the (N, T) batch never leaves its device; with one group the batch is gathered
+        onto every device once. Gradients and loss statistics are summed across the
+        mesh. Results depend on the groups, not on the devices.
       trial_counters: in trial mode, add ``train/trial_episodes`` and
         ``train/{TRIAL_COUNTERS}`` over the iteration's completed episodes to the metrics.
       reference: ``(Policy, params)`` of human-regularised PPO's frozen reference when
@@ -205,6 +207,7 @@ class PPO:
         self.num_agents = env.num_rows
         self.num_rows = self.num_envs * self.num_agents
         self.updates_per_iteration = t.epochs * t.minibatches
+        self.shuffle_groups = _shuffle_groups(t, self.num_rows, mesh)
         total_updates = config.num_iterations * self.updates_per_iteration
         if t.lr_schedule == "linear":
             self.schedule = optax.linear_schedule(t.learning_rate, 0.0, total_updates)
@@ -557,16 +560,39 @@ class PPO:
 
     def _update(self, params, opt_state, cache0: KVCache, batch: dict, key):
         t = self.config.train
-        n, m = self.num_rows, t.minibatches
+        n, m, g = self.num_rows, t.minibatches, self.shuffle_groups
 
-        # Data-parallel: every device holds the whole batch and computes its part of each
-        # minibatch's rows; the loss's sums (hence the gradients) are reduced by XLA.
-        batch, cache0 = constrain((batch, cache0), self._sharding(None))
+        if g == 1:
+            # One shuffle of all rows: every device holds the whole batch and computes its
+            # part of each minibatch's rows; the loss's sums (hence the gradients) are
+            # reduced by XLA.
+            batch, cache0 = constrain((batch, cache0), self._sharding(None))
+            take = lambda idx: (jax.tree.map(lambda x: x[idx], batch), cache0.rows(idx))
+        else:
+            # G groups of contiguous rows, each device holding whole groups: a minibatch
+            # is gathered group by group where the rows live, nothing crosses devices.
+            batch = constrain(jax.tree.map(lambda x: _groups(x, g, 0), batch),
+                              self._sharding(0))
+            blocks = cache0.replace(k=_groups(cache0.k, g, 1), v=_groups(cache0.v, g, 1),
+                                    pos=_groups(cache0.pos, g, 0),
+                                    garbage=_groups(cache0.garbage, g, 0),
+                                    next_pos=_groups(cache0.next_pos, g, 0))
+            if self.mesh is not None:
+                blocks = constrain(blocks, self._cache_shardings(blocks))
+
+            def take(idx):  # idx: (G, rows per group in a minibatch), within each group
+                mb = jax.tree.map(lambda x: _take_in_groups(x, idx, 0), batch)
+                cache = KVCache(
+                    k=_take_in_groups(blocks.k, idx, 1), v=_take_in_groups(blocks.v, idx, 1),
+                    pos=_take_in_groups(blocks.pos, idx, 0),
+                    garbage=_take_in_groups(blocks.garbage, idx, 0),
+                    next_pos=_take_in_groups(blocks.next_pos, idx, 0))
+                return mb, cache
 
         def minibatch(carry, idx):
             params, opt_state = carry
-            mb = constrain(jax.tree.map(lambda x: x[idx], batch), self._sharding(0))
-            cache = cache0.rows(idx)
+            mb, cache = take(idx)
+            mb = constrain(mb, self._sharding(0))
             if self.mesh is not None:
                 cache = constrain(cache, self._cache_shardings(cache))
             grads, stats = self._grads(params, cache, mb)
@@ -574,8 +600,7 @@ class PPO:
             return (optax.apply_updates(params, updates), opt_state), stats
 
         def epoch(carry, k):
-            rows = jax.random.permutation(k, n).reshape(m, n // m)
-            return jax.lax.scan(minibatch, carry, rows)
+            return jax.lax.scan(minibatch, carry, epoch_rows(k, n, g, m, within_groups=True))
 
         (params, opt_state), stats = jax.lax.scan(
             epoch, (params, opt_state), jax.random.split(key, t.epochs))
@@ -661,3 +686,62 @@ class PPO:
                 out[f"train/{name}"] = value if name == "trial_episodes" else jnp.where(
                     none, jnp.nan, value)
         return out
+
+
+def _shuffle_groups(t, rows: int, mesh) -> int:
+    """``train.shuffle_groups`` resolved (``auto``: the devices) and checked against the
+    rows, the minibatches and the mesh."""
+    devices = 1 if mesh is None else mesh.size
+    g = devices if t.shuffle_groups == "auto" else t.shuffle_groups
+    if rows % g or (rows // g) % t.minibatches:
+        raise ConfigError(
+            f"config key 'train.shuffle_groups' = {t.shuffle_groups} ({g} groups) must "
+            f"divide the {rows} agent rows (train.num_envs x agent rows) into groups whose "
+            f"rows are a multiple of train.minibatches = {t.minibatches}; change "
+            "train.num_envs, train.minibatches or train.shuffle_groups.")
+    if g > 1 and g % devices:
+        raise ConfigError(
+            f"config key 'train.shuffle_groups' = {g} must be 1 or a multiple of the "
+            f"{devices} devices (each device holds whole groups); set it to auto (= "
+            f"{devices}) or a multiple.")
+    return g
+
+
+def epoch_rows(key: jax.Array, rows: int, groups: int, minibatches: int,
+               within_groups: bool = False) -> jax.Array:
+    """One epoch's minibatches of agent rows (``train.shuffle_groups``).
+
+    ``groups`` = 1: one permutation of all rows, cut into ``minibatches``. Otherwise the
+    rows form ``groups`` contiguous groups, each permuted with its own key (split off
+    ``key``), and minibatch ``j`` takes the ``j``-th share of every group.
+
+    Returns:
+      (minibatches, rows // minibatches) int32 row indices, or with ``within_groups``
+      and ``groups`` > 1, (minibatches, groups, rows per group per minibatch) indices
+      within each group.
+    """
+    if groups == 1:
+        return jax.random.permutation(key, rows).reshape(minibatches, rows // minibatches)
+    size = rows // groups
+    perms = jax.vmap(lambda k: jax.random.permutation(k, size))(jax.random.split(key, groups))
+    local = jnp.swapaxes(perms.reshape(groups, minibatches, size // minibatches), 0, 1)
+    if within_groups:
+        return local
+    offsets = (jnp.arange(groups, dtype=local.dtype) * size)[None, :, None]
+    return (local + offsets).reshape(minibatches, rows // minibatches)
+
+
+def _groups(x: jax.Array, groups: int, axis: int) -> jax.Array:
+    """Splits ``x``'s row axis ``axis`` (N) into (groups, N // groups)."""
+    n = x.shape[axis]
+    return x.reshape(x.shape[:axis] + (groups, n // groups) + x.shape[axis + 1:])
+
+
+def _take_in_groups(x: jax.Array, idx: jax.Array, axis: int) -> jax.Array:
+    """Rows ``idx`` (G, M) of each group of ``x`` (grouped at ``axis``: (..., G, N/G,
+    ...)), merged into (..., G * M, ...): a gather per group, so that a group's rows are
+    read on the device that holds it."""
+    taken = jax.vmap(lambda xg, i: jnp.take(xg, i, axis=axis), in_axes=(axis, 0),
+                     out_axes=axis)(x, idx)
+    merged = taken.shape[axis] * taken.shape[axis + 1]
+    return taken.reshape(x.shape[:axis] + (merged,) + x.shape[axis + 2:])
