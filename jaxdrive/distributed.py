@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -27,6 +29,10 @@ ENV_NUM_PROCESSES = "JAXDRIVE_NUM_PROCESSES"
 ENV_PROCESS_ID = "JAXDRIVE_PROCESS_ID"
 DEFAULT_TIMEOUT_S = 120
 DEFAULT_HEARTBEAT_S = 60
+# Exit code of a process whose job lost another process (or its coordinator): the job
+# cannot go on, but rerunning the same command (``--resume`` / ``--run-dir``) can
+# (sysexits' EX_TEMPFAIL).
+EXIT_PEER_LOST = 75
 
 
 class DistributedError(RuntimeError):
@@ -118,12 +124,20 @@ def initialize(group: ProcessGroup | None, timeout_s: int = DEFAULT_TIMEOUT_S,
         return
     if group.process_id and group.coordinator_address:
         _wait_for_coordinator(group.coordinator_address, timeout_s)
+    if group.process_id == 0 and group.coordinator_address:
+        check_coordinator_port_free(group.coordinator_address)
+    joined = threading.Event()
+    threading.Thread(target=_join_deadline, args=(group, timeout_s, joined), daemon=True,
+                     name="jaxdrive-join-deadline").start()
     try:
+        # JAX's own join and heartbeat checks abort the process with a C++ stack dump;
+        # jaxdrive's (``_join_deadline`` after ``timeout_s``, ``watch_peers`` after
+        # ``heartbeat_s``) end it first with one line.
         jax.distributed.initialize(
             coordinator_address=group.coordinator_address,
             num_processes=group.num_processes, process_id=group.process_id,
-            initialization_timeout=int(timeout_s),
-            heartbeat_timeout_seconds=int(heartbeat_s))
+            initialization_timeout=int(timeout_s) + 10,
+            heartbeat_timeout_seconds=int(2 * heartbeat_s + 10))
     except Exception as e:  # JAX raises RuntimeError / XlaRuntimeError with a long trace
         where = group.coordinator_address or f"the address {group.source} provides"
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
@@ -133,6 +147,104 @@ def initialize(group: ProcessGroup | None, timeout_s: int = DEFAULT_TIMEOUT_S,
             f"{group.source}; coordinator {where}) within {timeout_s} s: {first}. Check "
             "that every process was started with the same coordinator address and number "
             "of processes, that process 0 is running, and that the port is reachable") from e
+    finally:
+        joined.set()
+
+
+def _join_deadline(group: ProcessGroup, timeout_s: float, joined: threading.Event) -> None:
+    """Ends the process with one line and exit code 2 unless ``joined`` is set within
+    ``timeout_s`` (JAX waits inside a call that cannot be interrupted, then aborts)."""
+    if joined.wait(timeout_s):
+        return
+    who = "?" if group.process_id is None else group.process_id
+    n = group.num_processes or "all"
+    print(f"error: process {who}: the job did not assemble within {timeout_s:g} s: not "
+          f"every one of the {n} processes joined (settings from {group.source}). Start "
+          "every process with the same coordinator address and --num-processes, each with "
+          "its own --process-id 0..N-1, or raise --distributed-timeout.", file=sys.stderr,
+          flush=True)
+    os._exit(2)
+
+
+def check_coordinator_port_free(address: str) -> None:
+    """Raises DistributedError if process 0's coordinator port is taken on this host,
+    e.g. by a second process started with ``--process-id 0`` (JAX would abort both with
+    a stack dump after its join timeout)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", int(port)))
+    except OSError as e:
+        raise DistributedError(
+            f"process 0 cannot start the coordinator: port {port} of {address} is taken "
+            f"({e.strerror or e}). Is another process running with --process-id 0 (each "
+            "process needs its own id, 0..N-1), or an earlier job still holding the port? "
+            "Stop it or choose another port") from None
+
+
+class _PeerWatch:
+    """Each process writes a counter into the coordination service's key-value store
+    every ``interval_s``, and reads everyone's; a process whose counter stands still for
+    ``timeout_s`` (killed, out of memory, its host gone), or a coordinator that stops
+    answering for as long, ends this process with one line and ``EXIT_PEER_LOST``."""
+
+    PREFIX = "jaxdrive/alive/"
+
+    def __init__(self, client, process_id: int, num_processes: int, timeout_s: float,
+                 interval_s: float, exit_fn):
+        self.client, self.pid, self.n = client, process_id, num_processes
+        self.timeout_s, self.interval_s, self.exit_fn = timeout_s, interval_s, exit_fn
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        tick, seen = 0, {}
+        started = answered = time.monotonic()
+        while not self.stop.wait(self.interval_s):
+            now = time.monotonic()
+            tick += 1
+            try:
+                self.client.key_value_set(f"{self.PREFIX}{self.pid}", str(tick),
+                                          allow_overwrite=True)
+                values = dict(self.client.key_value_dir_get(self.PREFIX))
+                answered = now
+            except Exception as e:  # noqa: BLE001 - any failure: the coordinator is gone
+                if now - answered > self.timeout_s:
+                    self.exit_fn(f"process {self.pid}: the coordinator (process 0) has not "
+                                 f"answered for {now - answered:.0f} s ({type(e).__name__})")
+                    return
+                continue
+            for key, value in values.items():
+                peer = int(key.rsplit("/", 1)[-1])
+                if seen.get(peer, (None,))[0] != value:
+                    seen[peer] = (value, now)
+            for peer in range(self.n):
+                since = seen.get(peer, (None, started))[1]
+                if peer != self.pid and now - since > self.timeout_s:
+                    self.exit_fn(f"process {self.pid}: process {peer} of {self.n} has not "
+                                 f"answered for {now - since:.0f} s (killed, out of memory, "
+                                 "or its host lost)")
+                    return
+
+
+def _exit_peer_lost(what: str) -> None:
+    print(f"error: {what}; the job cannot go on. Rerun the same command on every process "
+          "to continue from the last checkpoint (--resume RUN_DIR or --run-dir DIR); exit "
+          f"code {EXIT_PEER_LOST}.", file=sys.stderr, flush=True)
+    os._exit(EXIT_PEER_LOST)  # the main thread may sit in a collective that never returns
+
+
+def watch_peers(heartbeat_s: float = DEFAULT_HEARTBEAT_S, exit_fn=_exit_peer_lost):
+    """Starts the peer watch of a multi-process job (``_PeerWatch``; nothing on one
+    process); returns it (``.stop.set()`` ends it) or None."""
+    if jax.process_count() == 1:
+        return None
+    from jax._src import distributed as jax_distributed
+
+    watch = _PeerWatch(jax_distributed.global_state.client, jax.process_index(),
+                       jax.process_count(), heartbeat_s, max(0.5, heartbeat_s / 10),
+                       exit_fn)
+    threading.Thread(target=watch.run, name="jaxdrive-peer-watch", daemon=True).start()
+    return watch
 
 
 def _wait_for_coordinator(address: str, timeout_s: float) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 DATA = "data"
 
@@ -45,10 +45,13 @@ def rows_are_split() -> bool:
 
 
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A 1-D mesh named ``data`` over ``devices`` (default: every device of every
-    process, ``jax.devices()``)."""
-    devices = list(jax.devices() if devices is None else devices)
-    return Mesh(np.array(devices), (DATA,))
+    """A 1-D mesh named ``data`` over ``devices``, in that order; by default every
+    device of every process, ordered by ``jax.make_mesh`` from the physical topology
+    (on a TPU slice or a GPU node neighbours in the ring are neighbours on the
+    interconnect, which the gradient all-reduce runs over)."""
+    if devices is None:
+        return jax.make_mesh((jax.device_count(),), (DATA,), axis_types=(AxisType.Auto,))
+    return Mesh(np.array(list(devices)), (DATA,))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

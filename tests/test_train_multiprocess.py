@@ -20,7 +20,14 @@ import yaml
 from test_train_run import TINY as TRAIN_TINY
 
 from jaxdrive.config import merge
-from jaxdrive.distributed import DistributedError, ProcessGroup, detect
+from jaxdrive.distributed import (
+    EXIT_PEER_LOST,
+    DistributedError,
+    ProcessGroup,
+    _PeerWatch,
+    check_coordinator_port_free,
+    detect,
+)
 
 # Two shuffle groups on both sides (what 2 devices do by default), so that the single
 # process draws the same minibatches as the 2-process job.
@@ -172,7 +179,7 @@ def test_a_killed_process_stops_the_others_within_the_timeout(tmp_path):
          "--set", f"logging.output_dir={tmp_path / 'job'}",
          "--set", f"train.total_steps={10_000 * STEPS_PER_IT}",
          "--coordinator-address", f"localhost:{port}", "--num-processes", "2",
-         "--process-id", str(i), "--distributed-timeout", "10"],
+         "--process-id", str(i), "--heartbeat-timeout", "10"],
         env=_env(), stdout=open(log, "w"), stderr=subprocess.STDOUT) for i, log in
         enumerate(logs)]
     try:
@@ -187,7 +194,93 @@ def test_a_killed_process_stops_the_others_within_the_timeout(tmp_path):
     finally:
         for p in procs:
             p.kill()
-    assert code != 0
-    assert "heartbeat timeout" in logs[0].read_text()
-    assert waited < 60, waited  # 10 s heartbeat, plus the coordination service's polling
+    assert code == EXIT_PEER_LOST
+    log = logs[0].read_text()
+    # One line naming the silent process, before JAX's own abort (no stack dump).
+    assert "error: process 0: process 1 of 2 has not answered for" in log
+    assert "Rerun the same command" in log and "Traceback" not in log
+    assert "heartbeat timeout" not in log and "Check failure" not in log
+    assert waited < 40, waited  # the 10 s heartbeat, its polling, and the abort
     print(f"process 0 stopped {waited:.1f} s after process 1 was killed (exit {code})")
+
+
+def test_a_second_process_0_is_told_that_the_coordinator_port_is_taken():
+    """Issue 39, item 5: two processes given --process-id 0 aborted after 53 s with C++
+    stack dumps. The second one now stops before joining, naming the duplicate."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(DistributedError, match=rf"port {port} of localhost:{port} is "
+                                                   r"taken .*another process running with "
+                                                   r"--process-id 0"):
+            check_coordinator_port_free(f"localhost:{port}")
+    check_coordinator_port_free(f"localhost:{port}")  # free again: no error
+
+
+class _Store:
+    """The coordination service's key-value store as _PeerWatch uses it; ``frozen``
+    processes stop writing, ``down`` makes every call fail (a coordinator gone)."""
+
+    def __init__(self):
+        self.values, self.frozen, self.down = {}, set(), False
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        if self.down:
+            raise RuntimeError("UNAVAILABLE")
+        if int(key.rsplit("/", 1)[-1]) not in self.frozen:
+            self.values[key] = value
+
+    def key_value_dir_get(self, prefix):
+        if self.down:
+            raise RuntimeError("UNAVAILABLE")
+        return list(self.values.items())
+
+
+def _watch(store, pid, stop_peer=None, down=False):
+    """Runs the watches of processes 0-2 on ``store`` until one reports; returns what
+    process ``pid`` reported."""
+    import threading
+
+    reports, watches = {}, []
+    for p in range(3):
+        w = _PeerWatch(store, p, 3, timeout_s=2.0, interval_s=0.02,
+                       exit_fn=lambda what, p=p: reports.setdefault(p, what))
+        watches.append(w)
+        threading.Thread(target=w.run, daemon=True).start()
+    time.sleep(0.3)  # everyone alive for a while: nothing is reported
+    assert reports == {}
+    if stop_peer is not None:
+        store.frozen.add(stop_peer)
+    store.down = down
+    deadline = time.monotonic() + 30
+    while pid not in reports and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for w in watches:
+        w.stop.set()
+    return reports.get(pid)
+
+
+def test_a_silent_process_is_named_by_the_others():
+    assert _watch(_Store(), 0, stop_peer=2).startswith(
+        "process 0: process 2 of 3 has not answered for")
+
+
+def test_a_coordinator_that_stops_answering_is_named():
+    assert _watch(_Store(), 1, down=True).startswith(
+        "process 1: the coordinator (process 0) has not answered for")
+
+
+def test_a_process_that_never_joins_is_one_line_and_exit_2_before_jax_aborts():
+    """Issue 39, item 5: process 0 waiting for a process that never starts was ended by
+    JAX's own abort (exit 134, a C++ stack dump) at the join timeout."""
+    script = ("from jaxdrive.distributed import ProcessGroup, initialize\n"
+              f"initialize(ProcessGroup('flags', 'localhost:{_free_port()}', 2, 0), "
+              "timeout_s=2)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: process 0: the job did not assemble within 2 s: "
+                                "not every one of the 2 processes joined"), proc.stderr
+    assert "Check failure" not in proc.stderr and "Traceback" not in proc.stderr

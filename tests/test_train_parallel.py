@@ -25,7 +25,7 @@ import types
 import numpy as np
 import pytest
 
-from jaxdrive.parallel import check_divisible
+from jaxdrive.parallel import check_divisible, data_mesh
 
 CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parallel_case.py")
 RTOL = 1e-5
@@ -153,3 +153,16 @@ def test_num_envs_must_divide_over_the_devices():
     with pytest.raises(ValueError, match=r"train.num_envs=12 .* 8 devices.*"
                                          r"train.num_envs=8 .*train.num_envs=16"):
         check_divisible(12, "train.num_envs", mesh)
+
+
+def test_the_default_mesh_spans_every_device_ordered_by_topology_with_automatic_sharding():
+    """Issue 39, item 6: ``jax.make_mesh`` orders the devices; its default (explicit
+    sharding) would change how the training step is partitioned, so it is asked for
+    automatic sharding (GSPMD), as the training step is written for."""
+    import jax
+    from jax.sharding import AxisType
+
+    mesh = data_mesh()
+    assert mesh.axis_names == ("data",) and mesh.axis_types == (AxisType.Auto,)
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in jax.devices())
+    assert data_mesh(jax.devices()[:1]).axis_types == (AxisType.Auto,)

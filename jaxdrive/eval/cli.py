@@ -57,7 +57,13 @@ from jaxdrive.config import (
     resolve_config_path,
     yaml_load,
 )
-from jaxdrive.distributed import DistributedError, ProcessGroup, detect, initialize
+from jaxdrive.distributed import (
+    DistributedError,
+    ProcessGroup,
+    detect,
+    initialize,
+    watch_peers,
+)
 from jaxdrive.eval.evaluators import make_evaluators
 from jaxdrive.eval.merge import merge_files
 from jaxdrive.eval.runner import (
@@ -271,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         shard = _shard(args)
         # Joins a multi-process job first thing, before anything touches a device.
         initialize(_process_group(args))
+        watch_peers()
     except (ShardError, DistributedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

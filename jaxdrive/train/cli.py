@@ -48,12 +48,15 @@ import jax
 from jaxdrive.command import Stopped, add_debug_flag
 from jaxdrive.config import ConfigError, local_path_arg, parse_overrides
 from jaxdrive.distributed import (
+    DEFAULT_HEARTBEAT_S,
     DEFAULT_TIMEOUT_S,
+    EXIT_PEER_LOST,
     DistributedError,
     broadcast_text,
     detect,
     initialize,
     is_main_process,
+    watch_peers,
 )
 from jaxdrive.files import OutputError, UnsafeNameError
 from jaxdrive.runs.config import RunConfig, flat_items, load_run_config, member_config
@@ -107,8 +110,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="this process, 0..N-1 (process 0 writes the run's files)")
     g.add_argument("--distributed-timeout", type=int, default=DEFAULT_TIMEOUT_S,
                    metavar="S", help="seconds to wait for the coordinator and every process "
-                   "to join, and for a silent process before the job stops (default "
-                   f"{DEFAULT_TIMEOUT_S})")
+                   f"to join (default {DEFAULT_TIMEOUT_S})")
+    g.add_argument("--heartbeat-timeout", type=int, default=DEFAULT_HEARTBEAT_S,
+                   metavar="S", help="seconds a process (or the coordinator) may stay silent "
+                   "before every other process stops with exit code "
+                   f"{EXIT_PEER_LOST} (default {DEFAULT_HEARTBEAT_S})")
     return p
 
 
@@ -252,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"to {args.distributed_timeout} s for the coordinator and every process)",
                   flush=True)
         initialize(group, timeout_s=args.distributed_timeout,
-                   heartbeat_s=args.distributed_timeout)
+                   heartbeat_s=args.heartbeat_timeout)
+        watch_peers(args.heartbeat_timeout)
         config, run_dir, resume = _setup(args)
     except (*INPUT_ERRORS, OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
