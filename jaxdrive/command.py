@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import os
 import signal
 import sys
@@ -61,7 +62,7 @@ def traceback_file(command: str, error: BaseException) -> str:
     """Writes ``error``'s traceback to a new file in the temp directory; returns its path."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     fd, path = tempfile.mkstemp(prefix=f"jaxdrive-{command}-{stamp}-", suffix=".traceback.txt")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(f"python -m jaxdrive.{command} {' '.join(sys.argv[1:])}\n\n")
         f.write("".join(traceback.format_exception(error)))
     return path
@@ -84,6 +85,15 @@ def run_command(main: Callable[[list[str]], int], command: str,
         except ValueError:  # not the main thread: leave signals alone
             pass
     hook, sys.unraisablehook = sys.unraisablehook, _redeliver(sys.unraisablehook)
+    # A path or value from the command line may hold undecodable bytes (surrogates); a
+    # message naming it prints as a terminal's stderr would, escaped, not as an error.
+    streams = {}
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            streams[stream] = stream.errors
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, io.UnsupportedOperation):
+            streams.pop(stream, None)
     try:
         return main(argv)
     except KeyboardInterrupt as e:
@@ -105,6 +115,11 @@ def run_command(main: Callable[[list[str]], int], command: str,
               "please report it with that file.", file=sys.stderr, flush=True)
         return 1
     finally:
+        for stream, errors in streams.items():
+            try:
+                stream.reconfigure(errors=errors)
+            except (AttributeError, ValueError, io.UnsupportedOperation):
+                pass
         sys.unraisablehook = hook
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)

@@ -307,8 +307,12 @@ MAX_NAME_BYTES, MAX_PATH_BYTES = 255, 4095
 
 
 def local_path_arg(text: str) -> str:
-    """An ``argparse`` ``type`` for a path option: a URL (see ``url_problem``), a NUL, a
-    name of more than 255 bytes or a path of more than 4,095 are usage errors."""
+    """An ``argparse`` ``type`` for a path option: an empty path (a shell variable that
+    was never set: it would read as the option left out), a URL (see ``url_problem``),
+    a NUL, a name of more than 255 bytes or a path of more than 4,095 are usage
+    errors."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (is a shell variable unset?)")
     problem = url_problem(text)
     if problem:
         raise argparse.ArgumentTypeError(problem)

@@ -193,3 +193,14 @@ def test_object_store_urls_are_refused_before_any_work(capsys, tmp_path):
     _usage_error(eval_cli.main, ["--checkpoint", str(tmp_path), "--out", "gs://b/r.json"],
                  capsys, "--out", "gs:// URL")
     assert not any(p.name.startswith("gs:") for p in tmp_path.parent.iterdir())
+
+
+def test_an_empty_path_option_is_a_usage_error_not_the_option_left_out(capsys, tmp_path):
+    """``render --checkpoint "$RUN"`` with RUN unset rendered the log replay and exited
+    0, as if no checkpoint had been asked for (found by the typed-option fuzz)."""
+    from jaxdrive.render import cli as render_cli
+
+    _usage_error(render_cli.main, ["--checkpoint", "", "--out", str(tmp_path)], capsys,
+                 "--checkpoint", "an empty path")
+    _usage_error(render_cli.main, ["--checkpoint", "  ", "--out", str(tmp_path)], capsys,
+                 "--checkpoint", "an empty path")

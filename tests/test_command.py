@@ -9,6 +9,7 @@ import argparse
 import os
 import random
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -210,3 +211,23 @@ def test_only_python_m_jaxdrive_installs_it(monkeypatch):
                            (["python", "script.py", "-m"], None)):
         monkeypatch.setattr(sys, "orig_argv", argv)
         assert jaxdrive._run_as_a_command() == expected, argv
+
+
+def test_a_message_naming_undecodable_bytes_prints_escaped_not_as_a_bug(monkeypatch):
+    """A path given as raw bytes (``\\udcff`` after Python decodes argv) made a command's
+    own ``error: ... does not exist`` line raise UnicodeEncodeError on a strict stream,
+    which ended as an unexpected error (found by the typed-option fuzz)."""
+    import io
+
+    buffer = io.BytesIO()
+    strict = io.TextIOWrapper(buffer, encoding="utf-8", errors="strict")
+    monkeypatch.setattr(sys, "stderr", strict)
+
+    def main(argv):
+        print(f"error: run directory {argv[0]} does not exist", file=sys.stderr)
+        return 2
+
+    assert run_command(main, "test", ["\udcff\udcfe"]) == 2
+    strict.flush()
+    assert buffer.getvalue() == b"error: run directory \\udcff\\udcfe does not exist\n"
+    assert strict.errors == "strict"  # put back

@@ -284,3 +284,57 @@ def test_a_process_that_never_joins_is_one_line_and_exit_2_before_jax_aborts():
     assert lines[-1].startswith("error: process 0: the job did not assemble within 2 s: "
                                 "not every one of the 2 processes joined"), proc.stderr
     assert "Check failure" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_job_saves_on_both_and_the_same_command_resumes(tmp_path):
+    """Issue 39, item 4: a scheduler's SIGTERM to every process of a 2-process job: both
+    finish the same iteration, save and exit 0; rerunning the identical command line
+    (``--run-dir``) resumes and finishes the run."""
+    import signal
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(merge(TINY, {"validation": {"every": 0},
+                                                  "train": {"total_steps":
+                                                            60 * STEPS_PER_IT}})))
+    run_dir = tmp_path / "job"
+    port = _free_port()
+    command = [sys.executable, "-m", "jaxdrive.train", "--config", str(config),
+               "--run-dir", str(run_dir), "--coordinator-address", f"localhost:{port}",
+               "--num-processes", "2", "--distributed-timeout", "60"]
+    logs = [tmp_path / f"p{i}.log" for i in range(2)]
+    procs = [subprocess.Popen([*command, "--process-id", str(i)], env=_env(),
+                              stdout=open(log, "w"), stderr=subprocess.STDOUT)
+             for i, log in enumerate(logs)]
+    try:
+        deadline = time.monotonic() + 600
+        while "train  step" not in logs[0].read_text() and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
+            time.sleep(0.5)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        codes = [p.wait(timeout=120) for p in procs]
+        waited = time.monotonic() - sent
+    finally:
+        for p in procs:
+            p.kill()
+    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    first = logs[0].read_text()
+    assert "stopped at iteration" in first and "checkpoint saved in" in first
+    stopped_at, _ = _params(run_dir)
+    assert 1 <= stopped_at < 60
+    print(f"both processes exited 0 {waited:.1f} s after SIGTERM, at iteration {stopped_at}")
+    assert waited < 30, waited
+
+    # The same command line again (as a requeued job runs it): it resumes and finishes.
+    port = _free_port()
+    command[command.index("--coordinator-address") + 1] = f"localhost:{port}"
+    procs = [subprocess.Popen([*command, "--process-id", str(i)], env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[-2000:] for o in outs]
+    assert f"note: {run_dir} holds a run: resuming it" in outs[0]
+    assert _params(run_dir)[0] == 60
+    assert [r["iteration"] for r in _rows(run_dir)] == list(range(1, 61))
