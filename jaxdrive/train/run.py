@@ -575,7 +575,11 @@ class _Run:
                  f"{time.perf_counter() - self.t0:.1f} s")
         if self.mesh is not None:
             self.log(f"data-parallel over {describe()}: {t.num_envs // self.mesh.size} "
-                     "envs per device")
+                     f"envs per device, {self.ppo.shuffle_groups} shuffle group(s)")
+            if self.mesh.size > 1 and t.dense_rows != "off":
+                self.log(f"note: train.dense_rows = {t.dense_rows} is off on "
+                         f"{self.mesh.size} devices (gathering the live rows would cross "
+                         "devices); every agent row runs the policy")
         self.log(f"run directory: {self.run_dir}")
 
     def _build_extras(self) -> None:
