@@ -6,10 +6,11 @@ On CPU, ``lax.top_k`` is a per-row partial sort whose cost grows with ``k``: cho
 For many picks (``k > TOP_K_MAX_K``) ``smallest_k`` runs a bitonic sorting network
 instead, with the rows on the minor axis so that every compare-exchange is a vector
 operation over rows; its cost does not depend on ``k`` (1,024 rows of 127 keys: 1.7 ms
-for 63 picks against top_k's 4.9 ms). For a few picks (the 4 nearest of 32 traffic
-lights, 7 or 8 partners of 63 or 127) ``lax.top_k`` is the fastest of the three ways
-measured (1,024 rows, 127 keys, 7 picks: 0.78 ms against the network's 1.7 ms and 2.3 ms
-for k arg-min passes). Other backends, and rows of fewer than ``NETWORK_MIN_KEYS`` keys,
+for 63 picks against top_k's 4.9 ms on their own; the env step of 128-vehicle procedural
+scenes 1.2x faster). Up to 32 picks ``lax.top_k`` is faster inside the env step (the
+whole step, 64-object scenes: 16 or 31 of 63 partners 1.7-2.6x, the 4 nearest of 32
+lights, 7 or 8 partners); the k arg-min passes once used for a few picks were the
+slowest way of all. Other backends, and rows of fewer than ``NETWORK_MIN_KEYS`` keys,
 keep ``lax.top_k`` (``lax.platform_dependent``); all give the same indices.
 """
 
@@ -24,9 +25,9 @@ __all__ = ["NETWORK_MIN_KEYS", "TOP_K_MAX_K", "smallest_k", "smallest_k_network"
 # of microseconds per step (e.g. 16 light slots), while its dozens of small fusions add
 # about a second to every compilation of the env step.
 NETWORK_MIN_KEYS = 32
-# Up to this many picks ``lax.top_k`` beats the network on CPU (crossover measured
-# between 8 and 16 picks of 127 keys).
-TOP_K_MAX_K = 8
+# Up to this many picks ``lax.top_k`` beats the network in the env step on CPU (measured
+# with ``bench env``: 16 and 31 of 63 keys, 31 of 127; the network wins at 63 of 127).
+TOP_K_MAX_K = 32
 
 
 def smallest_k(key: jax.Array, k: int) -> jax.Array:
