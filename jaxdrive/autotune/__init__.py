@@ -24,7 +24,7 @@
 
 Only ``train.num_envs`` changes in the recommended command. ``train.minibatches`` is kept
 (the same number of gradient steps per epoch, each on proportionally more rows;
-candidates whose agent rows it does not divide are skipped) and so is
+candidates whose agent rows, or rows per shuffle group, it does not divide are skipped) and so is
 ``train.total_steps`` (agent-steps), so the run covers the same experience in fewer,
 larger iterations.
 
@@ -179,11 +179,11 @@ def tune_training(config: RunConfig, candidates: Sequence[int], repeats: int = 3
         records.append(rec)
         try:
             c = _with_envs(config, n)
+            ppo = PPO(c, env, policy, mesh=mesh)  # checks the rows per shuffle group
         except ConfigError as e:
             rec.update(status="skipped", reason=str(e))
             log(f"num_envs={n}: skipped ({e})")
             continue
-        ppo = PPO(c, env, policy, mesh=mesh)
         placement = Placement(ppo)
         step = placement.jit_step(ppo.train_step, env_params, donate=True)
         tic = time.perf_counter()
