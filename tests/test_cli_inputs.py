@@ -204,3 +204,14 @@ def test_an_empty_path_option_is_a_usage_error_not_the_option_left_out(capsys, t
                  "--checkpoint", "an empty path")
     _usage_error(render_cli.main, ["--checkpoint", "  ", "--out", str(tmp_path)], capsys,
                  "--checkpoint", "an empty path")
+
+
+def test_multi_process_timeouts_below_one_second_are_usage_errors(capsys):
+    """A zero or negative ``--heartbeat-timeout`` would end every job at once as a lost
+    process; ``--distributed-timeout`` likewise as a job that never assembled."""
+    from jaxdrive.train import cli as train_cli
+
+    for option in ("--heartbeat-timeout", "--distributed-timeout"):
+        for value in ("0", "-5"):
+            _usage_error(train_cli.main, ["--config", "quickstart", option, value], capsys,
+                         option, "out of range")

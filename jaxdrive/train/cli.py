@@ -46,7 +46,7 @@ from pathlib import Path
 import jax
 
 from jaxdrive.command import Stopped, add_debug_flag
-from jaxdrive.config import ConfigError, local_path_arg, parse_overrides
+from jaxdrive.config import ConfigError, int_arg, local_path_arg, parse_overrides
 from jaxdrive.distributed import (
     DEFAULT_HEARTBEAT_S,
     DEFAULT_TIMEOUT_S,
@@ -108,13 +108,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="processes in the job")
     g.add_argument("--process-id", type=int, default=None, metavar="I",
                    help="this process, 0..N-1 (process 0 writes the run's files)")
-    g.add_argument("--distributed-timeout", type=int, default=DEFAULT_TIMEOUT_S,
-                   metavar="S", help="seconds to wait for the coordinator and every process "
-                   f"to join (default {DEFAULT_TIMEOUT_S})")
-    g.add_argument("--heartbeat-timeout", type=int, default=DEFAULT_HEARTBEAT_S,
-                   metavar="S", help="seconds a process (or the coordinator) may stay silent "
-                   "before every other process stops with exit code "
-                   f"{EXIT_PEER_LOST} (default {DEFAULT_HEARTBEAT_S})")
+    g.add_argument("--distributed-timeout", type=int_arg(1, 86_400),
+                   default=DEFAULT_TIMEOUT_S, metavar="S",
+                   help="seconds to wait for the coordinator and every process to join "
+                        f"(default {DEFAULT_TIMEOUT_S})")
+    g.add_argument("--heartbeat-timeout", type=int_arg(1, 86_400),
+                   default=DEFAULT_HEARTBEAT_S, metavar="S",
+                   help="seconds a process (or the coordinator) may stay silent before "
+                        f"every other process stops with exit code {EXIT_PEER_LOST} "
+                        f"(default {DEFAULT_HEARTBEAT_S})")
     return p
 
 
