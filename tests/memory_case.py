@@ -27,27 +27,15 @@ def main() -> None:
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={max(DEVICE_COUNTS)}"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import jax
-    from golden_cases import PPO_BASE
+    from parallel_case import build
 
-    from jaxdrive.config import merge
-    from jaxdrive.env import Env
-    from jaxdrive.models.policy import Policy
     from jaxdrive.parallel import data_mesh
-    from jaxdrive.runs.config import RunConfig
-    from jaxdrive.train.placement import Placement, procedural_params
-    from jaxdrive.train.ppo import PPO
 
     report = {}
     for n in DEVICE_COUNTS:
-        config = RunConfig.from_dict(merge(PPO_BASE, {"train": {
-            "num_envs": per_device * n, "shuffle_groups": groups}}))
-        mesh = data_mesh(jax.devices()[:n])
-        env = Env(config.env)
-        env_params = procedural_params(config, env, 0, 2, mesh)
-        ppo = PPO(config, env, Policy.for_env(config.policy, env), mesh=mesh)
-        placement = Placement(ppo)
-        state = placement.init(0, env_params)
-        step = placement.jit_step(ppo.train_step, env_params, donate=False)
+        ppo, _, env_params, state, step = build(
+            {"num_envs": per_device * n, "shuffle_groups": groups},
+            data_mesh(jax.devices()[:n]))
         compiled = step.lower(state, env_params).compile()
         m = compiled.memory_analysis()
         hlo = compiled.as_text()

@@ -56,33 +56,44 @@ def collectives(hlo: str) -> list[dict]:
             for c, items in comps.items() for item in items]
 
 
-def main() -> None:
-    devices, out = int(sys.argv[1]), sys.argv[2]
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import jax
-    import numpy as np
+def build(train: dict, mesh):
+    """The golden PPO configuration with ``train`` overrides on ``mesh`` (None: one
+    device): ``(ppo, placement, env_params, state, step)``, the step jitted for the
+    placement without donation. Imports JAX: set ``XLA_FLAGS`` first."""
     from golden_cases import PPO_BASE
 
     from jaxdrive.config import merge
     from jaxdrive.env import Env
     from jaxdrive.models.policy import Policy
-    from jaxdrive.parallel import replicated, rows_split
     from jaxdrive.runs.config import RunConfig
-    from jaxdrive.train.placement import Placement, default_mesh, procedural_params
+    from jaxdrive.train.placement import Placement, procedural_params
     from jaxdrive.train.ppo import PPO
 
-    # Eight shuffle groups on both sides: what 8 devices do by default (``auto``), so the
-    # single device draws the same minibatches.
-    config = RunConfig.from_dict(merge(PPO_BASE, {"train": {"num_envs": 8,
-                                                            "shuffle_groups": 8}}))
-    mesh = default_mesh()
+    config = RunConfig.from_dict(merge(PPO_BASE, {"train": train}))
     env = Env(config.env)
     env_params = procedural_params(config, env, 0, 2, mesh)
     ppo = PPO(config, env, Policy.for_env(config.policy, env), mesh=mesh)
     placement = Placement(ppo)
     state = placement.init(0, env_params)
     step = placement.jit_step(ppo.train_step, env_params, donate=False)
+    return ppo, placement, env_params, state, step
+
+
+def main() -> None:
+    devices, out = int(sys.argv[1]), sys.argv[2]
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import jax
+    import numpy as np
+
+    from jaxdrive.parallel import replicated, rows_split
+    from jaxdrive.train.placement import default_mesh
+
+    # Eight shuffle groups on both sides: what 8 devices do by default (``auto``), so the
+    # single device draws the same minibatches.
+    mesh = default_mesh()
+    ppo, placement, env_params, state, step = build({"num_envs": 8, "shuffle_groups": 8},
+                                                    mesh)
     report = {"devices": jax.device_count()}
     if mesh is not None:
         sh = placement.shardings(env_params)

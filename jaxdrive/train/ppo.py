@@ -171,6 +171,11 @@ def _rows(x: jax.Array) -> jax.Array:
     return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
 
 
+# The agent-row axis of each ``KVCache`` leaf: k, v are (layers, rows, ...), the rest
+# rows first. Splits the cache over the mesh and into shuffle groups.
+CACHE_ROW_AXES = KVCache(k=1, v=1, pos=0, garbage=0, next_pos=0)
+
+
 class PPO:
     """The training step of one run configuration (static: env, policies, optimiser).
 
@@ -295,9 +300,9 @@ class PPO:
             return None
         return replicated(self.mesh) if axis is None else along(self.mesh, axis)
 
-    def _cache_shardings(self, cache: KVCache) -> KVCache:
-        rows, rows1 = self._sharding(0), self._sharding(1)
-        return KVCache(k=rows1, v=rows1, pos=rows, garbage=rows, next_pos=rows)
+    def _cache_shardings(self) -> KVCache:
+        """Each ``KVCache`` leaf split along its agent rows (``CACHE_ROW_AXES``)."""
+        return jax.tree.map(self._sharding, CACHE_ROW_AXES)
 
     def state_shardings(self, state: TrainState) -> TrainState:
         """Where each leaf of ``state`` lives on the mesh (a ``TrainState`` of
@@ -309,8 +314,8 @@ class PPO:
         return TrainState(
             params=whole(state.params), opt_state=whole(state.opt_state),
             env_state=split(state.env_state), timestep=split(state.timestep),
-            cache=self._cache_shardings(state.cache),
-            co_caches=tuple(self._cache_shardings(c) for c in state.co_caches),
+            cache=self._cache_shardings(),
+            co_caches=tuple(self._cache_shardings() for _ in state.co_caches),
             co_member=rows, episode_ema=split(state.episode_ema),
             trial_ema=None if state.trial_ema is None else split(state.trial_ema),
             key=rep, iteration=rep)
@@ -573,20 +578,14 @@ class PPO:
             # is gathered group by group where the rows live, nothing crosses devices.
             batch = constrain(jax.tree.map(lambda x: _groups(x, g, 0), batch),
                               self._sharding(0))
-            blocks = cache0.replace(k=_groups(cache0.k, g, 1), v=_groups(cache0.v, g, 1),
-                                    pos=_groups(cache0.pos, g, 0),
-                                    garbage=_groups(cache0.garbage, g, 0),
-                                    next_pos=_groups(cache0.next_pos, g, 0))
+            blocks = jax.tree.map(lambda x, ax: _groups(x, g, ax), cache0, CACHE_ROW_AXES)
             if self.mesh is not None:
-                blocks = constrain(blocks, self._cache_shardings(blocks))
+                blocks = constrain(blocks, self._cache_shardings())
 
             def take(idx):  # idx: (G, rows per group in a minibatch), within each group
                 mb = jax.tree.map(lambda x: _take_in_groups(x, idx, 0), batch)
-                cache = KVCache(
-                    k=_take_in_groups(blocks.k, idx, 1), v=_take_in_groups(blocks.v, idx, 1),
-                    pos=_take_in_groups(blocks.pos, idx, 0),
-                    garbage=_take_in_groups(blocks.garbage, idx, 0),
-                    next_pos=_take_in_groups(blocks.next_pos, idx, 0))
+                cache = jax.tree.map(lambda x, ax: _take_in_groups(x, idx, ax), blocks,
+                                     CACHE_ROW_AXES)
                 return mb, cache
 
         def minibatch(carry, idx):
@@ -594,7 +593,7 @@ class PPO:
             mb, cache = take(idx)
             mb = constrain(mb, self._sharding(0))
             if self.mesh is not None:
-                cache = constrain(cache, self._cache_shardings(cache))
+                cache = constrain(cache, self._cache_shardings())
             grads, stats = self._grads(params, cache, mb)
             updates, opt_state = self.tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), stats
