@@ -15,6 +15,7 @@ heartbeats within ``heartbeat_s`` seconds.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import sys
@@ -226,6 +227,20 @@ class _PeerWatch:
                     return
 
 
+_WATCHES: list = []  # the running peer watch of this process (``watch_peers``)
+
+
+def await_peer_verdict() -> None:
+    """Called with an error in flight in a watched multi-process job: a lost peer often
+    shows first as a failed collective in this process (e.g. Gloo's "Connection closed
+    by peer"). Waits up to the watch's timeout for it to name the silent process (it then
+    ends this process with ``EXIT_PEER_LOST``); returns if it does not, so the caller
+    reports its own error. Nothing without a running watch."""
+    for watch in _WATCHES:
+        if not watch.stop.is_set():
+            watch.stop.wait(watch.timeout_s + 10 * watch.interval_s)
+
+
 def _exit_peer_lost(what: str) -> None:
     print(f"error: {what}; the job cannot go on. Rerun the same command on every process "
           "to continue from the last checkpoint (--resume RUN_DIR or --run-dir DIR); exit "
@@ -244,6 +259,11 @@ def watch_peers(heartbeat_s: float = DEFAULT_HEARTBEAT_S, exit_fn=_exit_peer_los
                        jax.process_count(), heartbeat_s, max(0.5, heartbeat_s / 10),
                        exit_fn)
     threading.Thread(target=watch.run, name="jaxdrive-peer-watch", daemon=True).start()
+    # Stops before JAX's own exit handler (registered earlier, so run later) shuts the
+    # job down: a process waiting there for process 0's last evaluations, or whose
+    # client is already closed, is not a lost peer.
+    atexit.register(watch.stop.set)
+    _WATCHES[:] = [watch]
     return watch
 
 

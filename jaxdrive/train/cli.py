@@ -52,6 +52,7 @@ from jaxdrive.distributed import (
     DEFAULT_TIMEOUT_S,
     EXIT_PEER_LOST,
     DistributedError,
+    await_peer_verdict,
     broadcast_text,
     detect,
     initialize,
@@ -270,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics = train(config, run_dir, resume=resume,
                         force_unlock=args.force_unlock)
     except BaseException as e:
+        if not isinstance(e, KeyboardInterrupt):
+            await_peer_verdict()  # a lost peer is exit 75 with its own line, not a bug
         removed = not resume and is_main_process() and remove_unused_run_dir(run_dir)
         if removed and not isinstance(e, (StoppedAtStartup, KeyboardInterrupt)):
             print(f"note: removed {run_dir}: the run failed before saving anything",
