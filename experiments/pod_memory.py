@@ -5,9 +5,10 @@ With ``train.shuffle_groups: auto`` each device's memory depends on its own envs
 the job (tests/test_train_parallel.py checks this on 8 fake devices), so one device
 compiled at a command's envs per device shows what each device of that command holds.
 The state and the batch come from the compiled program (``Compiled.memory_analysis``:
-arguments + outputs + temporaries, with the state donated as in training); the
-replicated scene pool is counted at the command's ``train.num_scenes`` (the compile uses
-a few scenes and the pool's bytes grow linearly with them).
+arguments + outputs + temporaries, with the state donated as in training); the scene
+pool is counted at the command's ``train.num_scenes`` over its devices
+(``train.pool_shards: auto`` splits it over them; the compile uses a few scenes and the
+pool's bytes grow linearly with them).
 
 Measured on the CPU backend: GPU and TPU compilers lay out temporaries differently, so
 read the numbers as the size of the job per device, not to the last GB.
@@ -30,10 +31,10 @@ from jaxdrive.train.placement import procedural_params
 from jaxdrive.train.ppo import PPO
 
 GIB = 2**30
-# docs/scale.md's commands: (label, envs per device, device memory in GB).
-CASES = (("one node, 8 x H100 80 GB, num_envs 4096", 512, 80),
-         ("SLURM, 4 nodes x 8 x H100 80 GB, num_envs 16384", 512, 80),
-         ("TPU v5e-256 (16 GB a chip), num_envs 65536", 256, 16))
+# docs/scale.md's commands: (label, envs per device, devices, device memory in GB).
+CASES = (("one node, 8 x H100 80 GB, num_envs 4096", 512, 8, 80),
+         ("SLURM, 4 nodes x 8 x H100 80 GB, num_envs 16384", 512, 32, 80),
+         ("TPU v5e-256 (16 GB a chip), num_envs 65536", 256, 256, 16))
 COMPILE_SCENES = 8
 
 
@@ -42,7 +43,8 @@ def tree_bytes(tree) -> int:
 
 
 def measure(config: RunConfig, envs: int) -> dict:
-    """Compiled memory of one device's share: ``envs`` envs, the pool at full size."""
+    """Compiled memory of one device's share: ``envs`` envs, the pool at full size
+    (``pool_bytes``; ``total_bytes`` counts it whole)."""
     config = config.replace(train=config.train.replace(num_envs=envs))
     env = Env(config.env)
     params = procedural_params(config, env, 0, COMPILE_SCENES)
@@ -62,16 +64,23 @@ def measure(config: RunConfig, envs: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="configs/selfplay_gpu.yaml")
-    p.add_argument("--case", nargs=3, action="append", metavar=("LABEL", "ENVS", "GB"))
+    p.add_argument("--case", nargs=4, action="append",
+                   metavar=("LABEL", "ENVS_PER_DEVICE", "DEVICES", "GB"))
     p.add_argument("--json")
     a = p.parse_args()
     config = load_run_config(a.config)
-    cases = [(c[0], int(c[1]), float(c[2])) for c in a.case] if a.case else CASES
+    cases = ([(c[0], int(c[1]), int(c[2]), float(c[3])) for c in a.case] if a.case
+             else CASES)
     rows, measured = [], {}
-    for label, envs, gb in cases:
+    for label, envs, devices, gb in cases:
         if envs not in measured:
             measured[envs] = measure(config, envs)
-        r = dict(measured[envs], case=label, device_gb=gb)
+        r = dict(measured[envs], case=label, devices=devices, device_gb=gb)
+        # One shard of the pool per device where the scenes split over them (auto).
+        shards = devices if config.train.num_scenes % devices == 0 else 1
+        whole = r["pool_bytes"]
+        r["pool_bytes"] = int(whole / shards)
+        r["total_bytes"] = int(r["total_bytes"] - whole + r["pool_bytes"])
         r["fits"] = r["total_bytes"] <= 0.9 * gb * 1e9
         rows.append(r)
     print(f"{'command':52s} {'envs/dev':>8s} {'state':>8s} {'temps':>8s} {'pool':>8s} "

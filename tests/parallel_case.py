@@ -71,9 +71,10 @@ def build(train: dict, mesh):
 
     config = RunConfig.from_dict(merge(PPO_BASE, {"train": train}))
     env = Env(config.env)
-    env_params = procedural_params(config, env, 0, 2, mesh)
     ppo = PPO(config, env, Policy.for_env(config.policy, env), mesh=mesh)
     placement = Placement(ppo)
+    env_params = placement.env_params(
+        procedural_params(config, env, 0, config.train.num_scenes))
     state = placement.init(0, env_params)
     step = placement.jit_step(ppo.train_step, env_params, donate=False)
     return ppo, placement, env_params, state, step
@@ -86,22 +87,28 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from jaxdrive.parallel import replicated, rows_split
+    from jaxdrive.parallel import rows_split
     from jaxdrive.train.placement import default_mesh
 
-    # Eight shuffle groups on both sides: what 8 devices do by default (``auto``), so the
-    # single device draws the same minibatches.
+    # Eight shuffle groups and pool shards on both sides: what 8 devices do by default
+    # (``auto``), so the single device draws the same minibatches and scenes.
     mesh = default_mesh()
-    ppo, placement, env_params, state, step = build({"num_envs": 8, "shuffle_groups": 8},
-                                                    mesh)
+    ppo, placement, env_params, state, step = build(
+        {"num_envs": 8, "num_scenes": 8, "shuffle_groups": 8, "pool_shards": 8}, mesh)
     report = {"devices": jax.device_count()}
+    pool = jax.tree.leaves(env_params.pool)
+    report["pool_bytes"] = sum(x.nbytes for x in pool)
+    report["pool_bytes_per_device"] = sum(
+        x.addressable_shards[0].data.nbytes if hasattr(x, "addressable_shards") else x.nbytes
+        for x in pool)
     if mesh is not None:
         sh = placement.shardings(env_params)
         def rollout_only(state, env_params):  # traced as train_step traces it
             with rows_split():
                 return ppo._rollout(state, env_params)
 
-        rollout = jax.jit(rollout_only, in_shardings=(sh, replicated(mesh)))
+        rollout = jax.jit(rollout_only,
+                          in_shardings=(sh, ppo.env_param_shardings(env_params)))
         report["rollout_collectives"] = collectives(
             rollout.lower(state, env_params).compile().as_text())
         report["step_collectives"] = collectives(

@@ -29,10 +29,11 @@ from jaxdrive.distributed import (
     detect,
 )
 
-# Two shuffle groups on both sides (what 2 devices do by default), so that the single
-# process draws the same minibatches as the 2-process job.
+# Two shuffle groups and pool shards on both sides (what 2 devices do by default), so
+# that the single process draws the same minibatches and scenes as the 2-process job.
 TINY = merge(TRAIN_TINY, {
-    "train": {"num_scenes": 4, "num_envs": 4, "total_steps": 2 * 80, "shuffle_groups": 2},
+    "train": {"num_scenes": 4, "num_envs": 4, "total_steps": 2 * 80, "shuffle_groups": 2,
+              "pool_shards": 2},
     "validation": {"every": 1}, "logging": {"run_name": "mp"}})
 STEPS_PER_IT = 4 * 4 * 5
 

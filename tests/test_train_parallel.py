@@ -1,8 +1,9 @@
 """Data-parallel training over 8 fake CPU devices equals the single-device run.
 
 Two child processes (``tests/parallel_case.py``) train the same global configuration for
-three iterations: one on a single device (the plain program), one on a ``data`` mesh of
-8 devices (``--xla_force_host_platform_device_count=8``). Their metrics and parameters
+three iterations (8 shuffle groups, 8 pool shards): one on a single device (the plain
+program), one on a ``data`` mesh of 8 devices, the scene pool split over them
+(``--xla_force_host_platform_device_count=8``). Their metrics and parameters
 must agree up to the order of floating-point sums across devices; the compiled programs
 must hold no collective inside the rollout loop and one gradient reduction per update.
 
@@ -118,6 +119,14 @@ def test_parameters_replicated_envs_split(runs):
     assert report["params_replicated"] and report["opt_state_replicated"]
     assert len(report["env_state_split"]) == report["env_state_leaves"]
     assert set(report["env_state_split"]) == {8}
+
+
+@pytest.mark.slow
+def test_each_device_holds_an_eighth_of_the_scene_pool(runs):
+    """Issue 39, item 2: ``train.pool_shards`` 8 on 8 devices (the default there)."""
+    one, eight = runs[1][1], runs[8][1]
+    assert one["pool_bytes"] == eight["pool_bytes"] == one["pool_bytes_per_device"]
+    assert eight["pool_bytes_per_device"] * 8 == eight["pool_bytes"]
 
 
 MEMORY_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memory_case.py")

@@ -169,7 +169,7 @@ def tune_training(config: RunConfig, candidates: Sequence[int], repeats: int = 3
     mesh = default_mesh()
     t = config.train
     env = Env(config.env)
-    env_params = procedural_params(config, env, t.seed, t.num_scenes, mesh)
+    pool = procedural_params(config, env, t.seed, t.num_scenes)
     policy = Policy.for_env(config.policy, env)
     records: list[dict] = []
     flat = 0
@@ -185,6 +185,7 @@ def tune_training(config: RunConfig, candidates: Sequence[int], repeats: int = 3
             log(f"num_envs={n}: skipped ({e})")
             continue
         placement = Placement(ppo)
+        env_params = placement.env_params(pool)
         step = placement.jit_step(ppo.train_step, env_params, donate=True)
         tic = time.perf_counter()
         abstract = jax.eval_shape(ppo.init, jax.random.key(0), env_params)

@@ -59,10 +59,11 @@ class TrainBench:
                 raise ValueError("bench train --mesh times procedural scenes only; drop "
                                  f"data.path ({config.data.path}) or the mesh")
             env = Env(config.env)
-            env_params = procedural_params(config, env, t.seed, t.num_scenes, mesh)
             policy = Policy.for_env(config.policy, env)
             ppo = PPO(config, env, policy, mesh=mesh)
             placement = Placement(ppo)
+            env_params = placement.env_params(
+                procedural_params(config, env, t.seed, t.num_scenes))
             state = placement.init(t.seed + 1, env_params)
             step = placement.jit_step(ppo.train_step, env_params)
         self._step, self._env_params = step, env_params

@@ -454,9 +454,12 @@ class Env:
             episode_controlled=state.controlled, episode_ego=state.ego, trials=clock.trials)
         return continued, (r, clock.terminated, clock.truncated, info)
 
-    def _boundary(self, params: EnvParams, state: EnvState, info: StepInfo) -> EnvState:
+    def _boundary(self, params: EnvParams, state: EnvState, info: StepInfo,
+                  groups: int = 1) -> EnvState:
         """Where the episode ended, the initial state of a random pool scenario (auto-
-        reset); in trial mode, where only a trial ended, the next trial's first state."""
+        reset; with ``groups`` > 1 a scenario of the env's own pool shard: see
+        ``reset_batch``); in trial mode, where only a trial ended, the next trial's first
+        state."""
         if self.trial_mode:
             with jax.named_scope("trial_restart"):
                 restarted = self._restart_trial(params, state)
@@ -464,7 +467,11 @@ class Env:
                                  state)
         with jax.named_scope("auto_reset"):
             key, k_sid, k_state = jax.random.split(state.key, 3)
-            new_sid = jax.random.randint(k_sid, (), 0, params.pool.size, dtype=jnp.int32)
+            if groups == 1:
+                new_sid = jax.random.randint(k_sid, (), 0, params.pool.size, dtype=jnp.int32)
+            else:
+                size = params.pool.size // groups
+                new_sid = _draw_in_shard(k_sid, state.scenario_id // size * size, size)
             fresh = self._initial_state(params, new_sid, k_state).replace(key=key)
             return jax.tree.map(lambda f, c: jnp.where(info.episode_done, f, c), fresh, state)
 
@@ -536,10 +543,34 @@ class Env:
     def _reset_batch(self):
         return jax.vmap(self.reset, in_axes=(None, 0))
 
-    @functools.cached_property
-    def _step_batch(self):
+    def _reset_in_shards(self, params: EnvParams, keys: jax.Array, groups: int):
+        """``reset`` of each env of ``keys`` (B,) on a scenario of its own pool shard: env
+        ``e`` is in block ``e // (B / groups)`` and draws from shard
+        ``[g * S / groups, (g + 1) * S / groups)`` of the S scenarios."""
+        if groups == 1:
+            return self._reset_batch(params, keys)
+        size = params.pool.size // groups
+        n = keys.shape[0]
+        lo = (jnp.arange(n, dtype=jnp.int32) // (n // groups)) * size
+
+        def reset(key, first):
+            k_sid, k_state = jax.random.split(key)
+            return self.reset_to(params, _draw_in_shard(k_sid, first, size), k_state)
+
+        return jax.vmap(reset)(keys, lo)
+
+    def _step_in_shards(self, groups: int):
+        """The batched step for ``groups`` pool shards, one function per ``groups`` and
+        env (so jit's cache keeps it)."""
+        cache = self.__dict__.setdefault("_step_fns", {})
+        if groups not in cache:
+            cache[groups] = self._make_step_batch(groups)
+        return cache[groups]
+
+    def _make_step_batch(self, groups: int):
         transition = jax.vmap(self._transition, in_axes=(None, 0, 0))
-        boundary = jax.vmap(self._boundary, in_axes=(None, 0, 0))
+        boundary = jax.vmap(functools.partial(self._boundary, groups=groups),
+                            in_axes=(None, 0, 0))
         finish = jax.vmap(self._timestep, in_axes=(None, 0, 0, 0, 0, 0))
 
         def step_batch(params, state, action):
@@ -557,33 +588,100 @@ class Env:
 
         return step_batch
 
-    def reset_batch(self, params: EnvParams, key: jax.Array, num_envs: int):
-        """Reset ``num_envs`` environments (leading axis B)."""
-        return self._reset_batch(params, jax.random.split(key, num_envs))
+    @property
+    def _step_batch(self):
+        return self._step_in_shards(1)
 
-    def step_batch(self, params: EnvParams, state: EnvState, action: jax.Array):
+    def reset_batch(self, params: EnvParams, key: jax.Array, num_envs: int,
+                    pool_shards: int = 1):
+        """Reset ``num_envs`` environments (leading axis B).
+
+        ``pool_shards`` > 1 cuts the pool's S scenarios and the B envs into that many
+        contiguous shards and blocks; the envs of block k draw their scenarios (here and
+        at every auto-reset of ``step_batch`` with the same ``pool_shards``) from shard
+        k only. Needs S and B multiples of ``pool_shards``."""
+        return self._reset_in_shards(params, jax.random.split(key, num_envs), pool_shards)
+
+    def step_batch(self, params: EnvParams, state: EnvState, action: jax.Array,
+                   pool_shards: int = 1):
         """Step a batch of environments (state and action with leading axis B: ``action``
         (B, A) int32 grid indices or (B, A, action_dim) float32).
 
         Equal to ``jax.vmap(step)`` but computes auto-resets (and trial restarts) only on
-        steps where some episode (or trial) ended.
+        steps where some episode (or trial) ended; with ``pool_shards`` > 1 an env's
+        auto-reset draws from its own pool shard (``reset_batch``).
         """
-        return self._step_batch(params, state, action)
+        return self._step_in_shards(pool_shards)(params, state, action)
 
-    def step_batch_sharded(self, mesh):
+    def step_batch_sharded(self, mesh, pool_shards: int = 1):
         """``step_batch`` for a batch split along the ``data`` axis of ``mesh``
         (``jaxdrive.parallel``): each device steps its own environments and decides on
         its own whether any of them needs an auto-reset, so the step holds no
-        cross-device collective. Same results as ``step_batch``."""
-        from jax.sharding import PartitionSpec
+        cross-device collective. Same results as ``step_batch``. With ``pool_shards`` > 1
+        (a multiple of the devices) the pool is split along ``data`` too
+        (``pool_sharding``): each device holds its envs' shards only."""
+        step = self._step_in_shards(max(1, pool_shards // mesh.size))
+        return per_device(mesh, step, pool_shards > 1, returns_state=True)
 
-        from jaxdrive.parallel import DATA
+    def reset_batch_sharded(self, mesh, pool_shards: int = 1):
+        """``reset_batch(params, key, num_envs)`` for envs split along ``data`` (the pool
+        split too when ``pool_shards`` > 1): the same results as ``reset_batch``."""
+        local = max(1, pool_shards // mesh.size)
+        reset = per_device(mesh, lambda p, k: self._reset_in_shards(p, k, local),
+                           pool_shards > 1, returns_state=True, state_in=False)
+        return lambda params, key, num_envs: reset(params, jax.random.split(key, num_envs))
 
-        rows = PartitionSpec(DATA)
-        return jax.shard_map(self._step_batch, mesh=mesh,
-                             in_specs=(PartitionSpec(), rows, rows), out_specs=rows,
-                             check_vma=False)  # per-env code: no collectives to check
 
+def _draw_in_shard(key: jax.Array, first: jax.Array, size: int) -> jax.Array:
+    """() int32: a scenario of the pool shard ``[first, first + size)``."""
+    return first + jax.random.randint(key, (), 0, size, dtype=jnp.int32)
+
+
+def pool_specs(split: bool):
+    """``EnvParams`` of ``PartitionSpec`` (a prefix tree): the pool split along its
+    scenario axis over ``data`` (``split``) or whole on every device; reward weights
+    whole."""
+    from jax.sharding import PartitionSpec
+
+    from jaxdrive.parallel import DATA
+
+    return EnvParams(pool=PartitionSpec(DATA) if split else PartitionSpec(),
+                     reward=PartitionSpec())
+
+
+def per_device(mesh, fn, split_pool: bool, returns_state: bool = False,
+               state_in: bool = True):
+    """``fn(params, *batched)`` run per device with ``shard_map``: every argument after
+    the env params and every output split along ``data``. With ``split_pool`` each
+    device sees only its part of the pool, and the ``scenario_id`` of the ``EnvState``
+    passed first in ``batched`` (``state_in``) and returned first (``returns_state``)
+    is turned from a pool index into an index of the device's part and back, so states
+    outside hold the same numbers as with the whole pool."""
+    from jax.sharding import PartitionSpec
+
+    from jaxdrive.parallel import DATA
+
+    rows = PartitionSpec(DATA)
+
+    def body(params, *batched):
+        if split_pool:
+            offset = jax.lax.axis_index(DATA).astype(jnp.int32) * params.pool.size
+            if state_in:
+                st = batched[0]
+                batched = (st.replace(scenario_id=st.scenario_id - offset),) + batched[1:]
+        out = fn(params, *batched)
+        if split_pool and returns_state:
+            st = out[0]
+            out = (st.replace(scenario_id=st.scenario_id + offset),) + tuple(out[1:])
+        return out
+
+    def run(params, *batched):
+        return jax.shard_map(body, mesh=mesh,
+                             in_specs=(pool_specs(split_pool),) + (rows,) * len(batched),
+                             out_specs=rows,
+                             check_vma=False)(params, *batched)  # per-env: no collectives
+
+    return run
 
 
 

@@ -130,6 +130,15 @@ class TrainConfig(ConfigBase):
         number of devices. Rows per group must be a multiple of ``minibatches``, and the
         groups 1 or a multiple of the devices (1 on several devices: the whole batch is
         gathered onto every device, as before this option existed).
+      pool_shards: how the envs draw their scenes. The pool's scenes are cut into this
+        many contiguous shards and the envs into as many contiguous blocks; the envs of
+        block k draw (at every reset) from shard k only. On a mesh each device holds
+        whole shards and their envs, so the pool's memory per device is the pool over
+        the devices. Results depend on the shards, not on the device count: 8 devices
+        equal one device with ``pool_shards: 8``. ``auto``: the number of devices (1, the
+        whole pool for every env, on one device). Must divide ``num_envs`` and the pool
+        (``num_scenes``, or ``data.pool_size`` with ``data.path``), and be 1 or a
+        multiple of the devices (1 on several devices: the pool whole on every device).
     """
 
     objective: str = "ppo"
@@ -159,6 +168,7 @@ class TrainConfig(ConfigBase):
     bc_kl_coef: float = 0.0
     dense_rows: str | float | bool = "auto"
     shuffle_groups: str | int = "auto"
+    pool_shards: str | int = "auto"
 
     def __post_init__(self):
         check_int("seed", self.seed, 0, 2**31 - 1)
@@ -197,6 +207,11 @@ class TrainConfig(ConfigBase):
                 raise ConfigError("config key 'shuffle_groups' must be auto or a positive "
                                   f"integer, got {self.shuffle_groups!r}.")
             check_int("shuffle_groups", self.shuffle_groups, 1, 1_000_000)
+        if self.pool_shards != "auto":
+            if isinstance(self.pool_shards, bool) or not isinstance(self.pool_shards, int):
+                raise ConfigError("config key 'pool_shards' must be auto or a positive "
+                                  f"integer, got {self.pool_shards!r}.")
+            check_int("pool_shards", self.pool_shards, 1, 1_000_000)
         if isinstance(self.co_players, str):  # one directory is a list of one
             object.__setattr__(self, "co_players", (self.co_players,))
         if not isinstance(self.co_players, tuple):

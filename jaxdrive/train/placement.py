@@ -5,9 +5,10 @@
 step, nothing else. With a mesh, the initial state is computed by one jitted program
 straight into its shardings (envs, agent rows, KV caches and statistics split along
 ``data``; parameters, optimiser state and keys replicated; the same numbers as
-``PPO.init``), the scene pool is replicated on every device (each env draws from the
-whole pool, so results do not depend on the device count), and the step is jitted with
-those shardings in and out, so nothing moves between iterations.
+``PPO.init``), the scene pool is split along its scenes with the envs that draw from
+it (``train.pool_shards``, one shard per device by default; whole on every device with
+``pool_shards: 1``), and the step is jitted with those shardings in and out, so nothing
+moves between iterations.
 
 Scenes in a multi-process job: each process generates or loads only its share
 (``jaxdrive.parallel.share``; procedural scene ``i`` comes from the same key in every
@@ -60,8 +61,13 @@ class Placement:
         self._shardings = None
 
     def env_params(self, params: EnvParams) -> EnvParams:
-        """``params`` replicated on every device of the mesh (unchanged without one)."""
-        return params if self.mesh is None else to_global(params, replicated(self.mesh))
+        """The training pool's ``params`` laid out on the mesh (``PPO.env_param_shardings``:
+        split over the devices with ``train.pool_shards`` > 1, else replicated; unchanged
+        without a mesh). ``params`` holds the whole pool as host or single-device
+        arrays, the same in every process."""
+        if self.mesh is None:
+            return params
+        return to_global(params, self.ppo.env_param_shardings(params))
 
     def shardings(self, env_params: EnvParams) -> TrainState:
         """The ``TrainState`` of ``NamedSharding`` the state lives in (needs a mesh)."""
@@ -92,7 +98,8 @@ class Placement:
         if self.mesh is None:
             return jax.jit(step, donate_argnums=donate_argnums)
         sh, rep = self.shardings(env_params), replicated(self.mesh)
-        return jax.jit(step, donate_argnums=donate_argnums, in_shardings=(sh, rep),
+        pool = self.ppo.env_param_shardings(env_params)
+        return jax.jit(step, donate_argnums=donate_argnums, in_shardings=(sh, pool),
                        out_shardings=(sh, rep))
 
     def jit_restart(self, restart, env_params: EnvParams):
@@ -101,7 +108,8 @@ class Placement:
         if self.mesh is None:
             return jax.jit(restart, donate_argnums=0)
         sh = self.shardings(env_params)
-        return jax.jit(restart, donate_argnums=0, in_shardings=(sh, replicated(self.mesh)),
+        return jax.jit(restart, donate_argnums=0,
+                       in_shardings=(sh, self.ppo.env_param_shardings(env_params)),
                        out_shardings=sh)
 
 

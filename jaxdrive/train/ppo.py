@@ -33,6 +33,7 @@ completed).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -45,6 +46,7 @@ from jaxdrive.agents.controllers import log_replay
 from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.config import ConfigError
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
+from jaxdrive.env.environment import per_device
 from jaxdrive.env.observation import goal_features
 from jaxdrive.metrics.episode import report_values
 from jaxdrive.metrics.registry import report_names
@@ -231,7 +233,14 @@ class PPO:
         self.bc = t.objective == "bc"
         self._expert = (jax.vmap(log_replay(env), in_axes=(None, 0, 0, 0)) if self.bc
                         else None)
-        self.env_step = env.step_batch
+        # A data pool holds data.pool_size scenes of every process.
+        pool = ((config.data.pool_size * jax.process_count(),
+                 "data.pool_size x processes") if config.data.path
+                else (t.num_scenes, "train.num_scenes"))
+        self.pool_shards = _pool_shards(t, pool, self.num_envs, mesh)
+        k = self.pool_shards
+        self.env_step = env.step_batch if k == 1 else functools.partial(env.step_batch,
+                                                                         pool_shards=k)
         m = len(self.co_players)
         if m and self.num_envs % m:
             raise ConfigError(
@@ -244,7 +253,9 @@ class PPO:
                 check_divisible(self.num_envs // m, "train.num_envs / len(train.co_players)",
                                 mesh)
             if mesh.size > 1:
-                self.env_step = env.step_batch_sharded(mesh)
+                self.env_step = env.step_batch_sharded(mesh, k)
+                if self.bc and k > 1:
+                    self._expert = per_device(mesh, self._expert, True)
         # Dense rows: buffer sizes as shares of the rows (None = every row). A gather
         # across devices would cost more than it saves.
         multi_device = mesh is not None and mesh.size > 1
@@ -325,8 +336,7 @@ class PPO:
         """Fresh parameters, optimiser, environments and statistics."""
         # Four keys as when members were drawn at random: the other streams stay the same.
         k_reset, k_params, _, k_run = jax.random.split(key, 4)
-        env_state, ts = jax.jit(self.env.reset_batch, static_argnums=2)(
-            env_params, k_reset, self.num_envs)
+        env_state, ts = self._reset(env_params, k_reset)
         obs = jax.tree.map(_rows, ts.obs)
         params = self.policy.init(k_params, obs)
         n = self.num_rows
@@ -351,8 +361,33 @@ class PPO:
         """Every environment starts a new episode on ``env_params``' pool (after the
         training pool was replaced); memories reset with the episodes."""
         key, k_reset = jax.random.split(state.key)
-        env_state, ts = self.env.reset_batch(env_params, k_reset, self.num_envs)
+        env_state, ts = self._reset(env_params, k_reset)
         return state.replace(env_state=env_state, timestep=ts, key=key)
+
+    def _reset(self, env_params: EnvParams, key: jax.Array):
+        """Every env reset on ``env_params``' pool (each on its own pool shard with
+        ``train.pool_shards`` > 1; split over the mesh's devices where it has several)."""
+        k, size = self.pool_shards, env_params.pool.size
+        if size % k:
+            raise ConfigError(
+                f"config key 'train.pool_shards' = {self.config.train.pool_shards} ({k} "
+                f"shards) must divide the pool's {size} scenes (train.num_scenes, or "
+                "data.pool_size with data.path); change the pool size or train.pool_shards.")
+        if self.mesh is not None and self.mesh.size > 1 and k > 1:
+            return self.env.reset_batch_sharded(self.mesh, k)(env_params, key, self.num_envs)
+        return jax.jit(self.env.reset_batch, static_argnums=(2, 3))(
+            env_params, key, self.num_envs, k)
+
+    def env_param_shardings(self, env_params: EnvParams) -> EnvParams:
+        """Where each leaf of ``env_params`` lives on the mesh (an ``EnvParams`` of
+        ``NamedSharding``): the pool split along its scenario axis when
+        ``train.pool_shards`` > 1 on several devices, else whole on every device; reward
+        weights whole. Needs a mesh."""
+        split = self.pool_shards > 1 and self.mesh.size > 1
+        pool = self._sharding(0 if split else None)
+        return EnvParams(pool=jax.tree.map(lambda _: pool, env_params.pool),
+                         reward=jax.tree.map(lambda _: self._sharding(None),
+                                             env_params.reward))
 
     def _trial_names(self) -> tuple[str, ...]:
         return tuple(f"trial_{k}_score" for k in range(self.env.config.num_trials))
@@ -453,8 +488,10 @@ class PPO:
         expert = _rows(self._expert(env_params, env_state, ts, keys)).astype(action.dtype)
         learner = _rows(env_state.ego).reshape((-1,) + (1,) * (action.ndim - 1))
         nxt = self.env.config.init_step + env_state.trial_step + 1
-        logged = jax.vmap(self.env.logged_rows, in_axes=(None, 0, 0))(env_params, env_state,
-                                                                      nxt)
+        logged_rows = jax.vmap(self.env.logged_rows, in_axes=(None, 0, 0))
+        if self.mesh is not None and self.mesh.size > 1 and self.pool_shards > 1:
+            logged_rows = per_device(self.mesh, logged_rows, True)
+        logged = logged_rows(env_params, env_state, nxt)
         return jnp.where(learner, expert, action), _rows(logged.valid)
 
     @property
@@ -704,6 +741,30 @@ def _shuffle_groups(t, rows: int, mesh) -> int:
             f"{devices} devices (each device holds whole groups); set it to auto (= "
             f"{devices}) or a multiple.")
     return g
+
+
+def _pool_shards(t, pool: tuple[int, str], num_envs: int, mesh) -> int:
+    """``train.pool_shards`` resolved and checked against the configured pool (``pool``:
+    its size and config key), the envs and the mesh. ``auto``: one shard per device
+    where the pool and the envs split evenly over the devices, else 1 (the whole pool on
+    every device)."""
+    devices = 1 if mesh is None else mesh.size
+    pool_size, pool_key = pool
+    if t.pool_shards == "auto":
+        return devices if pool_size % devices == 0 and num_envs % devices == 0 else 1
+    k = t.pool_shards
+    for count, key in ((num_envs, "train.num_envs"),
+                       (pool_size, pool_key)):
+        if count % k:
+            raise ConfigError(
+                f"config key 'train.pool_shards' = {k} must divide {key} = {count} (each "
+                f"of the {k} shards of the pool serves a block of envs); change one of them.")
+    if k > 1 and k % devices:
+        raise ConfigError(
+            f"config key 'train.pool_shards' = {k} must be 1 or a multiple of the "
+            f"{devices} devices (each device holds whole shards); set it to auto (= "
+            f"{devices}) or a multiple.")
+    return k
 
 
 def epoch_rows(key: jax.Array, rows: int, groups: int, minibatches: int,

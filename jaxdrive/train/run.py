@@ -518,8 +518,8 @@ class _Run:
             self.env_params = self.scenes.params
             self._note_rows_overflow()
         else:
-            self.env_params = procedural_params(config, self.env, t.seed, t.num_scenes,
-                                                self.mesh)
+            self.env_params = self.placement.env_params(
+                procedural_params(config, self.env, t.seed, t.num_scenes))
         if "restart" not in shared:
             shared["restart"] = self.placement.jit_restart(self.ppo.restart_envs,
                                                            self.env_params)
@@ -575,12 +575,22 @@ class _Run:
                  f"{time.perf_counter() - self.t0:.1f} s")
         if self.mesh is not None:
             self.log(f"data-parallel over {describe()}: {t.num_envs // self.mesh.size} "
-                     f"envs per device, {self.ppo.shuffle_groups} shuffle group(s)")
+                     f"envs per device, {self.ppo.shuffle_groups} shuffle group(s), "
+                     f"{self._pool_words()}")
             if self.mesh.size > 1 and t.dense_rows != "off":
                 self.log(f"note: train.dense_rows = {t.dense_rows} is off on "
                          f"{self.mesh.size} devices (gathering the live rows would cross "
                          "devices); every agent row runs the policy")
         self.log(f"run directory: {self.run_dir}")
+
+    def _pool_words(self) -> str:
+        """How the training pool lies on the mesh, for the start-up line."""
+        k, d = self.ppo.pool_shards, self.mesh.size
+        if k == 1:
+            return "the scene pool whole on every device (train.pool_shards 1)"
+        size = self.env_params.pool.size
+        return (f"the scene pool in {k} shards ({size // d} of its {size} scenes per device; "
+                "each block of envs draws from its own shard)")
 
     def _build_extras(self) -> None:
         """The video recorder and the evaluation manager, when configured."""
