@@ -119,6 +119,16 @@ def gather_shares(local_tree):
     return multihost_utils.process_allgather(local_tree, tiled=True)
 
 
+def to_host(tree):
+    """Global arrays (e.g. split over the devices of several processes) -> their whole
+    values as numpy arrays on every process (``jax.device_get`` on one process)."""
+    if jax.process_count() == 1:
+        return jax.tree.map(np.asarray, jax.device_get(tree))
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+
+
 def share(count: int, key: str) -> tuple[int, int]:
     """``[lo, hi)``: this process's equal part of ``count`` items (config key ``key``).
 

@@ -95,3 +95,15 @@ def test_a_setting_that_does_not_split_names_the_key(value, envs, mesh_size, mat
 def test_a_value_that_is_not_a_positive_integer_or_auto_is_refused(value):
     with pytest.raises(ConfigError, match="pool_shards"):
         TrainConfig(pool_shards=value)
+
+
+def test_process_blocks_are_recognised_only_in_process_order(monkeypatch):
+    from jaxdrive.train import placement
+
+    mesh = lambda owners: types.SimpleNamespace(devices=np.array(  # noqa: E731
+        [types.SimpleNamespace(process_index=p) for p in owners]))
+    monkeypatch.setattr(placement.jax, "process_count", lambda: 2)
+    assert placement._devices_in_process_order(mesh([0, 0, 1, 1]))
+    assert not placement._devices_in_process_order(mesh([0, 1, 0, 1]))
+    assert not placement._devices_in_process_order(mesh([1, 1, 0, 0]))
+    assert not placement._devices_in_process_order(mesh([0, 0, 0, 0]))

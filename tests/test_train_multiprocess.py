@@ -93,6 +93,8 @@ def test_two_processes_train_save_resume_like_one(tmp_path):
     logs = _job(["--config", str(config), *out])
     run_dir = _run_dir(logs[0])
     assert "run directory" not in logs[1] and "finished" not in logs[1]  # process 1 quiet
+    # Each process placed its own share of the pool on its device (issue 39, item 2).
+    assert "the scene pool in 2 shards (2 of its 4 scenes per device" in logs[0]
     more = ["--set", f"train.total_steps={3 * STEPS_PER_IT}"]
     _job(["--resume", run_dir, *more])
     single = _train(["--config", str(config), *more,

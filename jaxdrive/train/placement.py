@@ -18,6 +18,7 @@ layout), and the shares are gathered into the replicated pool once per pool.
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from jaxdrive.env import Env, EnvParams
 from jaxdrive.parallel import data_mesh, gather_shares, replicated, share, to_global
@@ -36,17 +37,21 @@ def default_mesh(force: bool = False):
 
 
 def procedural_params(config: RunConfig, env: Env, seed: int, num_scenes: int,
-                      mesh=None) -> EnvParams:
+                      mesh=None, gather: bool = True) -> EnvParams:
     """``env``'s params over ``num_scenes`` procedural scenes drawn with ``seed``.
 
     One process: all scenes (replicated over ``mesh`` when given). Several: this process
     generates scenes ``share(num_scenes)`` only; the shares are gathered (the same pool
-    as one process would build) and replicated over ``mesh``.
+    as one process would build) and replicated over ``mesh``, or, without ``gather``,
+    this process's share is returned as it is (for ``Placement.pool_params``).
     """
     part = share(num_scenes, "train.num_scenes") if jax.process_count() > 1 else None
     scenes = generate_batch(jax.random.key(seed), num_scenes, config.procedural,
                             config.env.scenario, part=part)
-    pool = gather_shares(make_pool(scenes, config.env.road_index))
+    pool = make_pool(scenes, config.env.road_index)
+    if not gather:
+        return env.make_params(pool)
+    pool = gather_shares(pool)
     params = env.make_params(pool)
     return params if mesh is None else to_global(params, replicated(mesh))
 
@@ -68,6 +73,24 @@ class Placement:
         if self.mesh is None:
             return params
         return to_global(params, self.ppo.env_param_shardings(params))
+
+    def pool_params(self, local: EnvParams) -> EnvParams:
+        """The training pool laid out on the mesh from this process's share of it
+        (``local``: scenes ``share(S)`` of the S, the shares in process order; the whole
+        pool in a one-process job). Where the pool is split over the devices and each
+        process's devices hold its own share's scenes (a 1-D mesh in process order, as
+        ``jax.make_mesh`` builds), each process places its share straight onto its
+        devices: no process ever holds the whole pool. Otherwise the shares are gathered
+        on every host first (``env_params``)."""
+        if jax.process_count() == 1:
+            return self.env_params(local)
+        shardings = self.ppo.env_param_shardings(local)
+        if not (self.ppo.pool_shards > 1 and _devices_in_process_order(self.mesh)):
+            return self.env_params(gather_shares(local))
+        pool = jax.tree.map(
+            lambda x, s: jax.make_array_from_process_local_data(s, np.asarray(x)),
+            local.pool, shardings.pool)
+        return EnvParams(pool=pool, reward=to_global(local.reward, shardings.reward))
 
     def shardings(self, env_params: EnvParams) -> TrainState:
         """The ``TrainState`` of ``NamedSharding`` the state lives in (needs a mesh)."""
@@ -111,6 +134,13 @@ class Placement:
         return jax.jit(restart, donate_argnums=0,
                        in_shardings=(sh, self.ppo.env_param_shardings(env_params)),
                        out_shardings=sh)
+
+
+def _devices_in_process_order(mesh) -> bool:
+    """Whether each process's devices form one block of the 1-D mesh, the blocks in
+    process order (so that process p's share of the pool is its devices' part)."""
+    owners = [d.process_index for d in mesh.devices.flat]
+    return owners == sorted(owners) and len(set(owners)) == jax.process_count()
 
 
 __all__ = ["Placement", "data_mesh", "default_mesh", "procedural_params"]

@@ -46,7 +46,7 @@ from jaxdrive.eval.manager import EvalManager
 from jaxdrive.eval.suite import load_suite_file
 from jaxdrive.files import OutputError, atomic_write_text, safe_name
 from jaxdrive.models.policy import Policy, param_count
-from jaxdrive.parallel import gather_shares, replicated, to_global
+from jaxdrive.parallel import gather_shares, replicated, to_global, to_host
 from jaxdrive.render.record import Recorder, VideoConfig, policy_actor, record
 from jaxdrive.render.video import VideoSink
 from jaxdrive.runs.checkpoint import (
@@ -105,7 +105,7 @@ class SceneStream:
     envs when ``done`` falls on a swap, as the uninterrupted run did.
     """
 
-    def __init__(self, config: RunConfig, env: Env, done: int, place=lambda p: p):
+    def __init__(self, config: RunConfig, env: Env, done: int, place=gather_shares):
         from jaxdrive.data import ScenarioDataset
 
         d = config.data
@@ -117,9 +117,10 @@ class SceneStream:
             prefetch=1 if self.refresh else 0,
             transform=lambda s: make_pool(s, config.env.road_index),
             batch_key="data.pool_size")
-        # Each process loads its own scenes (the dataset's per-process split); the pools
-        # of all processes are gathered here, in the main thread, into one replicated pool.
-        self._to_params = lambda pool: place(env.make_params(gather_shares(pool)))
+        # Each process loads its own scenes (the dataset's per-process split); ``place``
+        # (in the main thread) lays the shares out as one pool: by default gathered into
+        # the whole pool on every host (``Placement.pool_params`` in a training run).
+        self._to_params = lambda pool: place(env.make_params(pool))
         self._iter = iter(self.dataset)
         self.params = self._to_params(next(self._iter))
 
@@ -514,12 +515,13 @@ class _Run:
         self.ppo, self.placement = shared["ppo"], shared["placement"]
         if config.data.path:
             done = int(resume_meta["iteration"]) if resume_meta is not None else 0
-            self.scenes = SceneStream(config, self.env, done, place=self.placement.env_params)
+            self.scenes = SceneStream(config, self.env, done,
+                                      place=self.placement.pool_params)
             self.env_params = self.scenes.params
             self._note_rows_overflow()
         else:
-            self.env_params = self.placement.env_params(
-                procedural_params(config, self.env, t.seed, t.num_scenes))
+            self.env_params = self.placement.pool_params(
+                procedural_params(config, self.env, t.seed, t.num_scenes, gather=False))
         if "restart" not in shared:
             shared["restart"] = self.placement.jit_restart(self.ppo.restart_envs,
                                                            self.env_params)
@@ -555,7 +557,7 @@ class _Run:
         rows = self.env.config.max_controlled
         if rows is None:
             return
-        counts = np.asarray(jax.device_get(self.env.controlled_per_scene(self.env_params)))
+        counts = to_host(self.env.controlled_per_scene(self.env_params))
         over = counts > rows
         if over.any():
             self.log(f"note: {int(over.sum())} of {counts.size} scenes of the first pool have "
