@@ -17,10 +17,12 @@
 #   JD_AGENTS JD_ENVS JD_ROAD_POINTS  jaxdrive batch (64, 16, 4096: bench env's 16 x 64); PD_AGENTS (1024)
 #   JD_REAL_ROWS     jaxdrive agent rows per env on the real scenes (env.max_controlled; default 0:
 #                    one row per slot); >= the most controlled agents of a scene
+#   JD_REAL_ENVS     jaxdrive envs per step on the real scenes (default $JD_ENVS); with packed rows
+#                    set it so that the batch holds about PD_AGENTS controlled agents, as the peer's does
 #   WM_SCENES WM_AGENTS WM_ROAD_POINTS WM_STEPS WM_REPEATS  waymax sizes (8, 128, 20480, 2, 3)
 #   JD_JAX_CACHE_DIR JAX compilation cache (default OUTDIR/jax_cache; set empty to disable)
 set -euo pipefail
-[ $# -eq 3 ] || { sed -n 2,21p "$0" >&2; exit 2; }
+[ $# -eq 3 ] || { sed -n 2,23p "$0" >&2; exit 2; }
 MODE=$1; ROUNDS=$2; OUT=$3
 case "$MODE" in core|machine|waymax) ;; *) echo "MODE must be core, machine or waymax" >&2; exit 2 ;; esac
 KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,7 +37,7 @@ read -ra SCENE_ARGS <<< "$SCENES"
 PUFFER_PY=${PUFFER_PY:-$JAXDRIVE_PY}
 RUN_SECONDS=${RUN_SECONDS:-10}; WARMUP=${WARMUP:-2}; CORE=${CORE:-0}
 JD_REAL_ROWS=${JD_REAL_ROWS:-0}
-JD_AGENTS=${JD_AGENTS:-64}; JD_ENVS=${JD_ENVS:-16}; JD_ROAD_POINTS=${JD_ROAD_POINTS:-4096}; PD_AGENTS=${PD_AGENTS:-1024}
+JD_AGENTS=${JD_AGENTS:-64}; JD_ENVS=${JD_ENVS:-16}; JD_REAL_ENVS=${JD_REAL_ENVS:-$JD_ENVS}; JD_ROAD_POINTS=${JD_ROAD_POINTS:-4096}; PD_AGENTS=${PD_AGENTS:-1024}
 WM_SCENES=${WM_SCENES:-8}; WM_AGENTS=${WM_AGENTS:-128}; WM_ROAD_POINTS=${WM_ROAD_POINTS:-20480}
 WM_STEPS=${WM_STEPS:-2}; WM_REPEATS=${WM_REPEATS:-3}
 export JD_JAX_CACHE_DIR=${JD_JAX_CACHE_DIR-$OUT/jax_cache}
@@ -78,9 +80,9 @@ run_jd() {  # round
   local pin=()
   case "$MODE" in
     core)    pin=(taskset -c "$CORE")
-             args=(--scenes both --scenario "${SCENE_ARGS[@]}" --envs "$JD_ENVS" --agents "$JD_AGENTS" --road-points "$JD_ROAD_POINTS" --real-rows "$JD_REAL_ROWS") ;;
+             args=(--scenes both --scenario "${SCENE_ARGS[@]}" --envs "$JD_ENVS" --real-envs "$JD_REAL_ENVS" --agents "$JD_AGENTS" --road-points "$JD_ROAD_POINTS" --real-rows "$JD_REAL_ROWS") ;;
     machine) pin=(taskset -c "$ALL_CORES")
-             args=(--scenes both --scenario "${SCENE_ARGS[@]}" --envs "$JD_ENVS" --agents "$JD_AGENTS" --road-points "$JD_ROAD_POINTS" --real-rows "$JD_REAL_ROWS") ;;
+             args=(--scenes both --scenario "${SCENE_ARGS[@]}" --envs "$JD_ENVS" --real-envs "$JD_REAL_ENVS" --agents "$JD_AGENTS" --road-points "$JD_ROAD_POINTS" --real-rows "$JD_REAL_ROWS") ;;
     waymax)  args=(--scenes procedural --envs "$WM_SCENES" --agents "$WM_AGENTS" --road-points "$WM_ROAD_POINTS" --steps "$WM_STEPS") ;;
   esac
   log "r$1 jaxdrive start"

@@ -13,7 +13,7 @@ timed wall time. Set JD_JAX_CACHE_DIR to a folder to reuse compiled programs acr
 (JAX's persistent compilation cache; compile time is never part of the timed calls anyway).
 
 Usage: python jd_bench.py OUT.json [--scenes procedural|real|both] [--scenario FILE_OR_DIR ...]
-       [--envs 16] [--agents 64] [--partners 63] [--road-obs 200] [--road-points 4096]
+       [--envs 16] [--real-envs N] [--agents 64] [--partners 63] [--road-obs 200] [--road-points 4096]
        [--steps 20] [--seconds 10] [--min-repeats 3]"""
 import argparse
 import json
@@ -28,6 +28,9 @@ p.add_argument("out")
 p.add_argument("--scenes", choices=["procedural", "real", "both"], default="both")
 p.add_argument("--scenario", nargs="+", default=None, metavar="FILE_OR_DIR")
 p.add_argument("--envs", type=int, default=16)
+p.add_argument("--real-envs", type=int, default=0,
+               help="envs per step on the real scenes (default: --envs); e.g. enough envs "
+                    "that the batch holds as many controlled agents as the peer's")
 p.add_argument("--agents", type=int, default=64)
 p.add_argument("--partners", type=int, default=63)
 p.add_argument("--road-obs", type=int, default=200)
@@ -56,7 +59,8 @@ kinds = {"procedural": [None], "real": [a.scenario], "both": [None, a.scenario]}
 benches, cpu = [], []
 for scenario in kinds:
     rows = a.real_rows if scenario is not None and a.real_rows > 0 else None
-    b = EnvBench(a.envs, a.agents, a.partners, a.road_obs, a.road_points, a.dynamics, 0,
+    envs = a.real_envs if scenario is not None and a.real_envs > 0 else a.envs
+    b = EnvBench(envs, a.agents, a.partners, a.road_obs, a.road_points, a.dynamics, 0,
                  steps=a.steps, repeats=max(a.min_repeats, 3), scenario=scenario, rows=rows)
     benches.append(b)
     cpu.append([])
