@@ -34,6 +34,8 @@ class EnvConfig(ConfigBase):
         only the self-driving car (everyone else replays the log); ``fraction`` each
         controllable object with probability ``controlled_fraction`` (the SDC always).
         Objects that start within ``goal_radius`` of their goal are never controlled.
+      controlled_fraction: with ``control_mode: fraction``, the probability that each
+        controllable object (but the SDC, always controlled) is controlled.
       controlled_types: object types the policy may drive (``vehicle``, ``pedestrian``,
         ``cyclist``, ``other``).
       collision_behavior: ``ignore`` (only counted), ``stop`` (the agent freezes in place

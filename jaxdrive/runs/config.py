@@ -77,6 +77,8 @@ class TrainConfig(ConfigBase):
       minibatches: per epoch; agent rows (B x A) are split into this many groups of
         whole (T,) sequences, so B x A must be divisible by it.
       learning_rate: Adam step size; ``lr_schedule`` ``linear`` decays it to 0.
+      lr_schedule: ``constant`` (the learning rate throughout) or ``linear`` (from
+        ``learning_rate`` to 0 over the run's updates).
       max_grad_norm: global gradient-norm clip.
       adam_eps: Adam epsilon.
       gamma, gae_lambda: discount and GAE lambda.

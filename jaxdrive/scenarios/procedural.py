@@ -162,7 +162,14 @@ LOG_CONFLICTS = ("drop", "keep")
 
 @dataclasses.dataclass(frozen=True)
 class TopologyWeights(ConfigBase):
-    """Relative sampling weights of the four topologies (at least one > 0)."""
+    """Relative sampling weights of the four topologies (at least one > 0).
+
+    Attributes:
+      straight: weight of one straight road (2 arms 180 degrees apart).
+      curve: weight of a bend (2 arms, ``curve_turn`` apart).
+      t_junction: weight of a T-junction (3 arms).
+      intersection: weight of a four-way intersection (4 arms).
+    """
 
     straight: float = 1.0
     curve: float = 1.0
