@@ -1,7 +1,7 @@
 """Configuration plumbing: frozen dataclasses built from dicts with strict validation.
 
 Every concern defines its own frozen dataclass next to its code (``ProceduralConfig``
-in ``scenarios/procedural.py``, ``DynamicsConfig`` in ``sim/dynamics.py``, ...) and
+in ``scenarios/procedural/config.py``, ``DynamicsConfig`` in ``sim/dynamics.py``, ...) and
 inherits ``ConfigBase``. ``from_dict`` builds nested configs, rejects unknown keys by
 name with the allowed ones listed, converts lists to tuples (so configs stay hashable
 and usable as static jit arguments) and runs each class's ``__post_init__`` checks.

@@ -30,6 +30,7 @@ from jaxdrive.scenarios import procedural
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.pool import make_pool
 from jaxdrive.scenarios.procedural import ProceduralConfig, generate_with_info
+from jaxdrive.scenarios.procedural import config as procedural_config
 from jaxdrive.types import EgoFeature, RoadType
 
 ROLLOUT = 6  # steps compared; the ego starts >= 5 m before the junction, so no goal yet
@@ -57,7 +58,7 @@ def _lane_mouth(rg, lane_id):
 def gen():
     fn = jax.jit(jax.vmap(lambda k, e: generate_with_info(k, CFG, SCFG, exit_key=e)))
     keys = jax.random.split(jax.random.PRNGKey(7), N)
-    fold = jax.vmap(lambda k: jax.random.fold_in(k, procedural._EXIT_SALT))
+    fold = jax.vmap(lambda k: jax.random.fold_in(k, procedural_config._EXIT_SALT))
     sc, info = jax.device_get(fn(keys, fold(keys)))  # the default exit keys
     sc2, info2 = jax.device_get(fn(keys, jax.random.split(jax.random.PRNGKey(8), N)))
     return sc, info, sc2, info2

@@ -17,7 +17,6 @@ import pytest
 import shapely
 
 from jaxdrive.config import ConfigError
-from jaxdrive.scenarios import procedural
 from jaxdrive.scenarios.base import ScenarioConfig, validate_scenario
 from jaxdrive.scenarios.procedural import (
     NUM_ARMS,
@@ -27,6 +26,7 @@ from jaxdrive.scenarios.procedural import (
     generate_batch,
     required_sizes,
 )
+from jaxdrive.scenarios.procedural import generator as procedural_generator
 from jaxdrive.types import ObjectType, RoadType
 
 NUM = 500  # scenes in the module batch (1,000 before the CI budget of issue 35)
@@ -109,7 +109,7 @@ def test_deterministic_and_cached(gen):
         strict=True,
     ):
         np.testing.assert_array_equal(a, b, err_msg=f"same key, different {path}")
-    fn = procedural._batched_fn(gen.cfg, gen.scfg, True)
+    fn = procedural_generator._batched_fn(gen.cfg, gen.scfg, True)
     if hasattr(fn, "_cache_size"):
         assert fn._cache_size() == 1, "generate_batch recompiled for the same config"
     # Different keys give different scenes (maps and agents).
