@@ -1,6 +1,6 @@
 """jaxdrive: JAX-native multi-agent driving simulation and reinforcement learning."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def _run_as_a_command() -> str | None:

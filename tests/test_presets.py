@@ -292,3 +292,15 @@ def test_wheel_ships_presets_and_trains_and_evaluates_outside_the_checkout(tmp_p
                 "--checkpoint", str(run_dir), "--suite", "planning", "--no-progress",
                 "--output-root", str(work / "eval_cli")], work, env)
     assert cli.stdout.startswith("planning: ") and "results: " in cli.stdout
+
+
+def test_the_version_is_one_number_with_a_changelog_entry():
+    """pyproject.toml and ``jaxdrive.__version__`` name the same version, and
+    CHANGELOG.md has its section."""
+    import jaxdrive
+
+    tomllib = pytest.importorskip("tomllib")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert jaxdrive.__version__ == version
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"\n## {version} " in changelog or f"\n## {version}\n" in changelog
