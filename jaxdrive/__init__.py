@@ -3,6 +3,14 @@
 __version__ = "0.2.0"
 
 
+def __getattr__(name):  # lazy: ``import jaxdrive`` stays light
+    if name == "pretrained":
+        from jaxdrive.runs.pretrained import pretrained
+
+        return pretrained
+    raise AttributeError(f"module 'jaxdrive' has no attribute {name!r}")
+
+
 def _run_as_a_command() -> str | None:
     """``jaxdrive.X`` when Python runs ``python -m jaxdrive.X``, else None."""
     import sys
