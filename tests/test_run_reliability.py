@@ -423,3 +423,25 @@ def test_run_dir_starts_then_resumes_with_the_same_command(tmp_path, monkeypatch
     assert cli.main(["--config", str(config_file), "--run-dir", str(tmp_path / "other")]) == 2
     assert "holds no checkpoint to resume but other files (notes.txt)" in \
         capsys.readouterr().err
+
+
+def test_processes_agree_on_a_stop_once_per_iteration(monkeypatch):
+    """Issue 39, item 6: one stop-flag collective per iteration in a multi-process job
+    (the loop asks twice); every ask after the same iteration gets the agreed answer,
+    even if a signal arrived locally in between (agreed on after the next iteration)."""
+    import types
+
+    from jaxdrive.train import run as run_module
+
+    calls = []
+    monkeypatch.setattr(run_module.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(run_module, "any_process",
+                        lambda flag: calls.append(flag) or flag)
+    loop = types.SimpleNamespace()
+    stop = types.SimpleNamespace(requested=False)
+    agreed = lambda it: run_module._Run._stop_agreed(loop, stop, it)  # noqa: E731
+    assert [agreed(1), agreed(1)] == [False, False] and calls == [False]
+    stop.requested = True  # a signal after iteration 1's agreement
+    assert agreed(1) is False and calls == [False]  # the same answer as the others got
+    assert agreed(2) is True and calls == [False, True]
+    assert agreed(2) is True and calls == [False, True]

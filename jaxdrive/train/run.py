@@ -758,7 +758,7 @@ class _Run:
         try:
             with _stop_flag() as stop:
                 while pending is not None or (it < self.n_it and not self.stopped_early
-                                              and not self._stop_agreed(stop)):
+                                              and not self._stop_agreed(stop, it)):
                     if pending is None:
                         if self.scenes is not None and it > self.start_it and \
                                 self.scenes.swap_due(it):
@@ -788,7 +788,7 @@ class _Run:
                         window_steps += per_it
                         window_s += dt
                         window_valid += metrics["rollout/valid_steps"]
-                    stopping = pending is None and self._stop_agreed(stop)
+                    stopping = pending is None and self._stop_agreed(stop, it)
                     final = it == self.n_it or stopping
                     # A stop (Ctrl-C, SIGTERM) saves first and leaves: a last validation,
                     # video or evaluation (a fresh compile: minutes) would not fit a
@@ -823,12 +823,18 @@ class _Run:
         self._close(raise_errors=True)
         return last
 
-    def _stop_agreed(self, stop: StopRequest) -> bool:
+    def _stop_agreed(self, stop: StopRequest, it: int) -> bool:
         """Whether a stop was requested here or, in a multi-process job, in any process
-        (every process then stops after the same iteration)."""
-        if jax.process_count() > 1:
+        (every process then stops after the same iteration). The processes agree once
+        per iteration ``it`` (one small collective); the loop's second question after
+        the same iteration gets the same agreed answer in every process (a signal that
+        arrives in between is agreed on after the next iteration)."""
+        if jax.process_count() == 1:
+            return stop.requested
+        if getattr(self, "_agreed", (None, False))[0] != it:
             stop.requested = any_process(stop.requested)
-        return stop.requested
+            self._agreed = (it, stop.requested)
+        return self._agreed[1]
 
     def _close(self, raise_errors: bool) -> None:
         """Closes the writers, the checkpointer and the scene stream, each even if another
