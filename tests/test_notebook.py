@@ -7,7 +7,7 @@ temporary directory. The install cell runs too: jaxdrive is installed, so it ins
 nothing. Checked: the pretrained policy reaches its goal on held-out scenes (a random
 policy would almost never), the video and the learning curve are written. Those two
 are ``slow``: the notebook compiles the quickstart's evaluation, rendering and training
-programs, which no other test shares (35-40 s on a quiet 2-core CPU; docs/testing.md).
+programs, which no other test shares (51 s on a quiet 2-core CPU; docs/testing.md).
 By default: the shipped policy loads with its checksums, and damaged files are
 refused."""
 
