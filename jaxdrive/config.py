@@ -38,6 +38,7 @@ names them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -46,7 +47,7 @@ import pathlib
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -170,12 +171,36 @@ class ConfigBase:
         return dataclasses.replace(self, **changes)
 
 
+_CHECK_LOGS: list[list[tuple]] = []  # open ``recorded_checks`` blocks
+
+
+@contextlib.contextmanager
+def recorded_checks() -> Iterator[list[tuple]]:
+    """Within: each value check below also appends what it enforces to the yielded list,
+    as ``(key name, kind, *what)``: ``("k", "choice", allowed)``, ``("k", "integer" |
+    "number" | "pair", lo, hi, lo_open, hi_open)`` (an integer or a pair also records
+    the number checks it runs after its own). The config reference reads them
+    (``jaxdrive.runs.reference``)."""
+    log: list[tuple] = []
+    _CHECK_LOGS.append(log)
+    try:
+        yield log
+    finally:
+        _CHECK_LOGS.remove(log)
+
+
+def _record(*event) -> None:
+    for log in _CHECK_LOGS:
+        log.append(event)
+
+
 def check_range(
     name: str, value: float, lo: float | None = None, hi: float | None = None,
     *, lo_open: bool = False, hi_open: bool = False,
 ) -> None:
     """Raise ``ConfigError`` unless ``lo <= value <= hi`` (``lo < value`` if ``lo_open``,
     ``value < hi`` if ``hi_open``)."""
+    _record(name, "number", lo, hi, lo_open, hi_open)
     check_number(name, value)
     bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
     bad_hi = hi is not None and (value >= hi if hi_open else value > hi)
@@ -216,6 +241,7 @@ def check_bool(name: str, value: Any) -> None:
 
 def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
     """Raise ``ConfigError`` unless ``value`` is an int in ``[lo, hi]``."""
+    _record(name, "integer", lo, hi, False, False)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"config key '{name}' must be an integer, got {_clip(value)}.")
     check_range(name, value, lo, hi)
@@ -260,6 +286,7 @@ def finite_float_arg(text: str) -> float:
 
 def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
     """Raise ``ConfigError`` unless ``value`` is one of ``allowed``."""
+    _record(name, "choice", tuple(allowed))
     if value not in allowed:
         hint = suggest(value, allowed) if isinstance(value, str) else ""
         raise ConfigError(
@@ -270,6 +297,7 @@ def check_choice(name: str, value: Any, allowed: Sequence[str]) -> None:
 
 def check_interval(name: str, value: Any, lo: float | None = None, hi: float | None = None):
     """Raise ``ConfigError`` unless ``value`` is a pair ``(low, high)`` with low <= high."""
+    _record(name, "pair", lo, hi, False, False)
     if not (isinstance(value, tuple) and len(value) == 2):
         raise ConfigError(f"config key '{name}' must be a pair [low, high], got {_clip(value)}.")
     check_range(f"{name}[0]", value[0], lo, hi)

@@ -75,3 +75,11 @@ class _Example(ConfigBase):
 ])
 def test_attribute_docs_are_read_from_the_docstring(cls, want):
     assert reference.attribute_docs(cls) == want
+
+
+def test_the_command_writes_the_file_or_refuses_a_directory(tmp_path, capsys):
+    out = tmp_path / "config.md"
+    assert reference.main([str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == reference.markdown()
+    assert reference.main([str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err

@@ -106,3 +106,18 @@ def test_parameter_paths_round_trip_through_the_flat_files():
     back = _nested(flat)
     np.testing.assert_array_equal(back["params"]["a"]["kernel"], tree["params"]["a"]["kernel"])
     np.testing.assert_array_equal(back["params"]["b"], tree["params"]["b"])
+
+
+def test_the_export_command_refuses_bad_input_before_writing(tmp_path, capsys, monkeypatch):
+    from jaxdrive.runs import pretrained as module
+
+    monkeypatch.setattr(module, "PRETRAINED_DIR", tmp_path / "pretrained")
+    assert module.main([str(tmp_path / "missing"), "x"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    assert module.main([str(run), "../evil"]) == 2
+    assert "must stay inside its output directory" in capsys.readouterr().err
+    assert module.main([str(run), "x", "--results", "[1]"]) == 2
+    assert "--results must be a JSON object" in capsys.readouterr().err
+    assert not (tmp_path / "pretrained").exists() and not (tmp_path / "evil").exists()

@@ -31,6 +31,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 from jaxdrive import geometry
 from jaxdrive.config import ConfigError
@@ -41,6 +42,7 @@ from jaxdrive.env.state import Background, EnvParams, EnvState, StepInfo, TimeSt
 from jaxdrive.metrics import registry
 from jaxdrive.metrics.episode import init_episode, update_episode
 from jaxdrive.metrics.step import StepView, compute_metrics, initial_metrics
+from jaxdrive.parallel import DATA
 from jaxdrive.scenarios.base import validate_scenario
 from jaxdrive.scenarios.pool import ScenarioPool
 from jaxdrive.sim import behaviors
@@ -641,10 +643,6 @@ def pool_specs(split: bool):
     """``EnvParams`` of ``PartitionSpec`` (a prefix tree): the pool split along its
     scenario axis over ``data`` (``split``) or whole on every device; reward weights
     whole."""
-    from jax.sharding import PartitionSpec
-
-    from jaxdrive.parallel import DATA
-
     return EnvParams(pool=PartitionSpec(DATA) if split else PartitionSpec(),
                      reward=PartitionSpec())
 
@@ -657,10 +655,6 @@ def per_device(mesh, fn, split_pool: bool, returns_state: bool = False,
     passed first in ``batched`` (``state_in``) and returned first (``returns_state``)
     is turned from a pool index into an index of the device's part and back, so states
     outside hold the same numbers as with the whole pool."""
-    from jax.sharding import PartitionSpec
-
-    from jaxdrive.parallel import DATA
-
     rows = PartitionSpec(DATA)
 
     def body(params, *batched):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from jaxdrive.config import ConfigError
+from jaxdrive.config import ConfigError, check_name, local_path_arg
 from jaxdrive.env import Env
 from jaxdrive.files import atomic_write_bytes, atomic_write_text
 from jaxdrive.models.policy import Policy
@@ -50,11 +50,10 @@ def _sha256(data: bytes) -> str:
 
 def manifest(name: str) -> dict:
     """The manifest of pretrained policy ``name`` (source, step, results, checksums)."""
-    path = PRETRAINED_DIR / name / "manifest.json"
-    if not path.is_file():
+    if not isinstance(name, str) or name not in available():  # never a path
         raise ConfigError(f"no pretrained policy named {name!r}; available: "
                           f"{', '.join(available()) or 'none'}.")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return json.loads((PRETRAINED_DIR / name / "manifest.json").read_text(encoding="utf-8"))
 
 
 def pretrained(name: str = "quickstart") -> LoadedPolicy:
@@ -108,6 +107,7 @@ def export(run_dir: str | Path, name: str, which: str = "last", results: dict | 
            root: Path = PRETRAINED_DIR) -> Path:
     """Write ``run_dir``'s ``which`` checkpoint as pretrained policy ``name`` under
     ``root``; returns its folder."""
+    check_name("name", name)  # one directory under root, never outside it
     loaded = load_policy(run_dir, which=which)
     folder = Path(root) / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -126,17 +126,32 @@ def export(run_dir: str | Path, name: str, which: str = "last", results: dict | 
     return folder
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Export a run's checkpoint as a pretrained "
+def _main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m jaxdrive.runs.pretrained",
+                                description="Export a run's checkpoint as a pretrained "
                                             "policy shipped with the package.")
-    p.add_argument("run_dir")
-    p.add_argument("name")
+    p.add_argument("run_dir", type=local_path_arg)
+    p.add_argument("name", help="one directory name under jaxdrive/runs/pretrained/")
     p.add_argument("--which", choices=("last", "best"), default="last")
     p.add_argument("--results", help="a JSON object of held-out metrics for the manifest")
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    folder = export(a.run_dir, a.name, a.which, json.loads(a.results) if a.results else None)
+    a = p.parse_args(argv)
+    try:
+        results = json.loads(a.results) if a.results else None
+        if results is not None and not isinstance(results, dict):
+            raise ValueError(f"--results must be a JSON object, got {a.results!r}")
+        folder = export(a.run_dir, a.name, a.which, results)
+    except (ConfigError, OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {folder}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.runs.pretrained``; returns the exit code."""
+    from jaxdrive.command import run_command
+
+    return run_command(_main, "runs.pretrained", argv)
 
 
 if __name__ == "__main__":

@@ -4,27 +4,27 @@ config dataclasses themselves (``RunConfig`` and the sections nested in it).
 For each key: its dotted name, its type (the field's annotation), its default, what
 values it takes, and its description (the ``Attributes:`` entry of its class's
 docstring). The values come from the checks the class's ``__post_init__`` runs on its
-defaults (``check_choice``, ``check_int``, ``check_range``), recorded while the default
-is built, so the reference says what the code enforces, not what someone remembered to
-write. ``docs/config.md`` is this module's output; ``tests/test_config_reference.py``
-fails when the two differ.
+defaults (``check_choice``, ``check_int``, ``check_range``, ``check_interval``),
+recorded while the default is built (``jaxdrive.config.recorded_checks``), so the
+reference says what the code enforces, not what someone remembered to write.
+``docs/config.md`` is this module's output; ``tests/test_config_reference.py`` fails
+when the two differ.
 
     python -m jaxdrive.runs.reference [OUT.md]     # default: print to stdout
 """
 
 from __future__ import annotations
 
-import contextlib
+import argparse
 import dataclasses
 import inspect
 import re
 import sys
 import textwrap
 import typing
-from collections.abc import Iterator
 
-from jaxdrive import config as config_module
-from jaxdrive.config import ConfigBase
+from jaxdrive.config import ConfigBase, local_path_arg, recorded_checks
+from jaxdrive.files import atomic_write_text, check_writable_file
 from jaxdrive.runs.config import RunConfig
 
 HEADER = """# Config reference
@@ -87,57 +87,29 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return out
 
 
-@contextlib.contextmanager
-def _recording(found: dict[str, str]) -> Iterator[None]:
-    """Within: ``jaxdrive.config``'s value checks record what they enforce into
-    ``found`` (field name -> words) as well as checking."""
-    originals = {n: getattr(config_module, n)
-                 for n in ("check_choice", "check_int", "check_range", "check_interval")}
-
+def _takes(events: list[tuple]) -> dict[str, str]:
+    """``recorded_checks`` events -> {field name: what its first check enforces}."""
     def fmt(x):
         return f"{x:g}" if isinstance(x, float) else str(x)
 
-    def bounds(kind, lo, hi, lo_open, hi_open):
-        if hi is None:
-            return f"{kind} {'>' if lo_open else '>='} {fmt(lo)}"
-        if lo is None:
-            return f"{kind} {'<' if hi_open else '<='} {fmt(hi)}"
-        return f"{kind} in {'(' if lo_open else '['}{fmt(lo)}, {fmt(hi)}{')' if hi_open else ']'}"
-
-    def field(name):  # "topology.straight" -> "straight", "interval[0]" -> "interval"
-        return name.split("[")[0].split(".")[-1]
-
-    def choice(name, value, allowed):
-        found.setdefault(field(name), ", ".join(f"`{a}`" for a in allowed))
-        return originals["check_choice"](name, value, allowed)
-
-    def interval(kind):
-        def check(name, value, lo=None, hi=None, *, lo_open=False, hi_open=False):
-            if lo is not None or hi is not None:
-                found.setdefault(field(name), bounds(kind, lo, hi, lo_open, hi_open))
-            if kind == "integer":
-                return originals["check_int"](name, value, lo, hi)
-            if kind == "pair":
-                return originals["check_interval"](name, value, lo, hi)
-            return originals["check_range"](name, value, lo, hi, lo_open=lo_open,
-                                            hi_open=hi_open)
-        return check
-
-    patched = {"check_choice": choice, "check_int": interval("integer"),
-               "check_range": interval("number"), "check_interval": interval("pair")}
-    modules = [m for m in list(sys.modules.values())
-               if getattr(m, "__name__", "").startswith("jaxdrive")]
-    saved = []
-    for m in modules:
-        for name, fn in patched.items():
-            if getattr(m, name, None) is originals[name]:
-                saved.append((m, name))
-                setattr(m, name, fn)
-    try:
-        yield
-    finally:
-        for m, name in saved:
-            setattr(m, name, originals[name])
+    out: dict[str, str] = {}
+    for name, kind, *what in events:
+        field = name.split("[")[0].split(".")[-1]  # "topology.curve", "interval[0]"
+        if kind == "choice":
+            words = ", ".join(f"`{a}`" for a in what[0])
+        else:
+            lo, hi, lo_open, hi_open = what
+            if lo is None and hi is None:
+                continue
+            if hi is None:
+                words = f"{kind} {'>' if lo_open else '>='} {fmt(lo)}"
+            elif lo is None:
+                words = f"{kind} {'<' if hi_open else '<='} {fmt(hi)}"
+            else:
+                words = (f"{kind} in {'(' if lo_open else '['}{fmt(lo)}, {fmt(hi)}"
+                         f"{')' if hi_open else ']'}")
+        out.setdefault(field, words)
+    return out
 
 
 def _type_name(t) -> str:
@@ -172,9 +144,9 @@ def keys(cls: type = RunConfig, prefix: str = "") -> list[Key]:
     """Every leaf key of ``cls`` and its nested config sections, in field order."""
     hints = typing.get_type_hints(cls)
     docs = attribute_docs(cls)
-    takes: dict[str, str] = {}
-    with _recording(takes):
+    with recorded_checks() as events:
         default = cls()
+    takes = _takes(events)
     out = []
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -217,17 +189,30 @@ def markdown() -> str:
     return "\n".join(parts) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def _main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m jaxdrive.runs.reference",
+                                description="Write the config reference (docs/config.md).")
+    p.add_argument("out", nargs="?", type=local_path_arg, help="the Markdown file to write "
+                   "(default: print it)")
+    a = p.parse_args(argv)
     text = markdown()
-    if argv:
-        from jaxdrive.files import atomic_write_text
-
-        atomic_write_text(argv[0], text)
-        print(f"wrote {argv[0]} ({len(keys())} keys)")
-    else:
+    if a.out is None:
         sys.stdout.write(text)
+        return 0
+    try:
+        atomic_write_text(check_writable_file(a.out), text)
+    except OSError as e:  # OutputError included
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {a.out} ({len(keys())} keys)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m jaxdrive.runs.reference``; returns the exit code."""
+    from jaxdrive.command import run_command
+
+    return run_command(_main, "runs.reference", argv, compilation_cache=False)
 
 
 if __name__ == "__main__":

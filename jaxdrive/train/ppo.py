@@ -735,11 +735,7 @@ def _shuffle_groups(t, rows: int, mesh) -> int:
             f"divide the {rows} agent rows (train.num_envs x agent rows) into groups whose "
             f"rows are a multiple of train.minibatches = {t.minibatches}; change "
             "train.num_envs, train.minibatches or train.shuffle_groups.")
-    if g > 1 and g % devices:
-        raise ConfigError(
-            f"config key 'train.shuffle_groups' = {g} must be 1 or a multiple of the "
-            f"{devices} devices (each device holds whole groups); set it to auto (= "
-            f"{devices}) or a multiple.")
+    _whole_per_device("train.shuffle_groups", g, devices, "groups")
     return g
 
 
@@ -759,12 +755,18 @@ def _pool_shards(t, pool: tuple[int, str], num_envs: int, mesh) -> int:
             raise ConfigError(
                 f"config key 'train.pool_shards' = {k} must divide {key} = {count} (each "
                 f"of the {k} shards of the pool serves a block of envs); change one of them.")
-    if k > 1 and k % devices:
-        raise ConfigError(
-            f"config key 'train.pool_shards' = {k} must be 1 or a multiple of the "
-            f"{devices} devices (each device holds whole shards); set it to auto (= "
-            f"{devices}) or a multiple.")
+    _whole_per_device("train.pool_shards", k, devices, "shards")
     return k
+
+
+def _whole_per_device(key: str, count: int, devices: int, what: str) -> None:
+    """ConfigError unless config key ``key``'s ``count`` groups (or shards) are 1 or
+    split whole over the ``devices``."""
+    if count > 1 and count % devices:
+        raise ConfigError(
+            f"config key '{key}' = {count} must be 1 or a multiple of the {devices} "
+            f"devices (each device holds whole {what}); set it to auto (= {devices}) or a "
+            "multiple.")
 
 
 def epoch_rows(key: jax.Array, rows: int, groups: int, minibatches: int,
