@@ -121,6 +121,34 @@ def lane_follow(
     return act
 
 
+def keep_line(env: Env, lateral: float, speed: float = 6.0, lookahead: float = 8.0):
+    """A scripted driver for straight roads: pure pursuit of the line ``lateral`` metres
+    to the left (negative: right) of the agent's own start axis (its logged pose at
+    ``init_step``), at ``speed`` m/s, aiming ``lookahead`` metres ahead. It reads the
+    state, not the observation: the reference egos of the narrow-passing family
+    (``procedural.partner_convention``), whose egos start on the road's centre line
+    heading along it.
+
+    Returns the controller ``(params, state, timestep, key) -> action`` of one env.
+    """
+    cfg = env.config
+
+    def act(params: EnvParams, state: EnvState, timestep: TimeStep, key: jax.Array):
+        del timestep, key
+        start = env.logged_rows(params, state, jnp.int32(cfg.init_step))
+        axis = jnp.stack([jnp.cos(start.yaw), jnp.sin(start.yaw)], axis=-1)  # (A, 2)
+        left = jnp.stack([-axis[:, 1], axis[:, 0]], axis=-1)
+        now = state.agents
+        along = jnp.sum((now.xy - start.xy) * axis, axis=-1)
+        target = start.xy + (along + lookahead)[:, None] * axis + lateral * left
+        local = geometry.to_local(target, now.xy, now.yaw)
+        curvature = 2.0 * local[:, 1] / jnp.maximum(jnp.sum(local * local, axis=-1), 1.0)
+        accel = (speed - now.speed) / 0.5
+        return _to_env_action(env, accel, curvature, now.speed, state.length)
+
+    return act
+
+
 # Candidate values per action component in each pass of the continuous log-replay search.
 LOG_REPLAY_GRID = 65
 LOG_REPLAY_PASSES = 2

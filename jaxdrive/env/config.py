@@ -16,7 +16,7 @@ from jaxdrive.env.observation import ObservationConfig
 from jaxdrive.env.rewards import RewardConfig
 from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.scenarios.road_index import RoadIndexConfig
-from jaxdrive.sim.behaviors import COLLISION_BEHAVIORS, GOAL_BEHAVIORS
+from jaxdrive.sim.behaviors import COLLISION_BEHAVIORS, GOAL_BEHAVIORS, OFFROAD_BEHAVIORS
 from jaxdrive.sim.dynamics import DynamicsConfig
 from jaxdrive.types import ObjectType
 
@@ -40,6 +40,9 @@ class EnvConfig(ConfigBase):
         ``cyclist``, ``other``).
       collision_behavior: ``ignore`` (only counted), ``stop`` (the agent freezes in place
         and terminates), ``remove`` (the agent leaves the scene and terminates).
+      offroad_behavior: ``ignore`` (an off-road step is only counted and paid for) or
+        ``collision`` (it also ends the agent as a collision does, per
+        ``collision_behavior``; metrics still count it as off-road, not as a collision).
       goal_behavior: ``respawn`` (back to its initial pose, same goal), ``new_goal`` (a new
         goal on a lane ahead), ``stop`` (freezes at the goal and terminates), ``remove``
         (leaves the scene at the goal and terminates, as GPUDrive removes finished
@@ -77,6 +80,7 @@ class EnvConfig(ConfigBase):
     controlled_fraction: float = 0.5
     controlled_types: tuple[str, ...] = ("vehicle",)
     collision_behavior: str = "ignore"
+    offroad_behavior: str = "ignore"
     goal_behavior: str = "stop"
     num_trials: int = 1
     trial_timeout: int | None = None
@@ -99,6 +103,7 @@ class EnvConfig(ConfigBase):
         for name in self.controlled_types:
             check_choice("controlled_types", name, tuple(OBJECT_TYPE_NAMES))
         check_choice("collision_behavior", self.collision_behavior, COLLISION_BEHAVIORS)
+        check_choice("offroad_behavior", self.offroad_behavior, OFFROAD_BEHAVIORS)
         check_choice("goal_behavior", self.goal_behavior, GOAL_BEHAVIORS)
         check_range("goal_radius", self.goal_radius, 0.0, None, lo_open=True)
         check_interval("new_goal_distance", self.new_goal_distance, 0.0, None)

@@ -429,9 +429,10 @@ class Env:
         collided = m.collided & acting
         r = reward(params.reward, goal_event, collided, m.offroad & acting, m.progress,
                    acting, m.ran_red_light & acting)
+        ends = collided | (m.offroad & acting) if cfg.offroad_behavior == "collision" else collided
         outcome = behaviors.apply_behaviors(
             cfg.collision_behavior, cfg.goal_behavior, agents, state.goal, state.done,
-            state.removed, collided, goal_event,
+            state.removed, ends, goal_event,
             start=(self.logged_rows(params, state, jnp.int32(cfg.init_step))
                    if cfg.goal_behavior == "respawn" else None),
             new_goals=(self._sample_goals(params, state, agents, k_goal)

@@ -55,8 +55,8 @@ from jaxdrive.types import (
     World,
 )
 
-__all__ = ["EGO_FEATURES", "GOAL_FEATURES", "GOAL_VISIBILITY", "LIGHT_FEATURES",
-           "PARTNER_FEATURES", "ROAD_FEATURES", "ObservationConfig", "observe"]
+__all__ = ["AUX_LATERAL_SCALE", "EGO_FEATURES", "GOAL_FEATURES", "GOAL_VISIBILITY",
+           "LIGHT_FEATURES", "PARTNER_FEATURES", "ROAD_FEATURES", "ObservationConfig", "observe"]
 
 GOAL_VISIBILITY = ("visible", "hidden")
 # The ego rows computed from the goal: masked to 0 under ``goal: hidden``.
@@ -177,6 +177,33 @@ def goal_features(config: ObservationConfig, agents: AgentState,
     goal_dist = jnp.linalg.norm(goal - agents.xy, axis=-1)
     return (goal_local[:, 0] / config.goal_scale, goal_local[:, 1] / config.goal_scale,
             goal_dist / config.goal_scale)
+
+
+# m: the lateral scale of ``nearest_vehicle_features`` (about a car's width), so that a
+# car a lane to the side gives a target of order 1 rather than ``1 / goal_scale``.
+AUX_LATERAL_SCALE = 2.0
+
+
+def nearest_vehicle_features(config: ObservationConfig, agents: AgentState,
+                             visible: jax.Array) -> jax.Array:
+    """Where each agent's nearest other visible agent is, whatever ``partner_radius``
+    hides (training targets of ``train.aux_target: nearest_vehicle``): (A, 3) float32
+    x / ``goal_scale``, y / ``AUX_LATERAL_SCALE`` in the agent's frame and distance /
+    ``goal_scale``; zeros where no other agent is visible.
+
+    Args:
+      agents: ``AgentState`` (A,); visible: (A,) bool (present and not removed).
+    """
+    a = agents.xy.shape[0]
+    dist = jnp.linalg.norm(agents.xy[None] - agents.xy[:, None], axis=-1)  # (A, A)
+    other = visible[None, :] & ~jnp.eye(a, dtype=bool)
+    near = jnp.argmin(jnp.where(other, dist, jnp.inf), axis=-1)
+    found = jnp.any(other, axis=-1)
+    rel = geometry.to_local(agents.xy[near], agents.xy, agents.yaw)
+    rows = jnp.stack([rel[:, 0] / config.goal_scale, rel[:, 1] / AUX_LATERAL_SCALE,
+                      jnp.take_along_axis(dist, near[:, None], axis=1)[:, 0]
+                      / config.goal_scale], axis=-1)
+    return jnp.where(found[:, None], rows, 0.0).astype(jnp.float32)
 
 
 def _ego_features(config, agents, length, width, goal):

@@ -54,6 +54,7 @@ from jaxdrive.scenarios.procedural import ProceduralConfig
 
 LR_SCHEDULES = ("constant", "linear")
 OBJECTIVES = ("ppo", "bc")
+AUX_TARGETS = ("goal", "nearest_vehicle")
 SUBPROCESS_DEVICES = ("cpu", "same")  # EvaluationConfig.subprocess_device
 
 
@@ -89,6 +90,10 @@ class TrainConfig(ConfigBase):
         mean squared error of the policy's goal prediction against the true goal rows of
         the ego features, which the env computes even when ``observation.goal`` hides
         them (a training target only; the policy never observes it). 0 = off.
+      aux_target: what the auxiliary head predicts: ``goal`` (the goal rows, above) or
+        ``nearest_vehicle`` (where the nearest other vehicle is, even beyond
+        ``observation.partner_radius``: ``jaxdrive.env.observation.nearest_vehicle_features``;
+        the narrow-passing task of ``docs/adaptation.md``).
       ema_alpha: weight of the old value in the per-agent EMA of episode metrics.
       co_players: run directories (or checkpoints directories) of frozen partner
         policies for co-player agents (``env.co_player_fraction``), or population
@@ -162,6 +167,7 @@ class TrainConfig(ConfigBase):
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     aux_goal_coef: float = 0.0
+    aux_target: str = "goal"
     ema_alpha: float = 0.9
     co_players: tuple[str, ...] = ()
     init_from: str | None = None
@@ -193,6 +199,7 @@ class TrainConfig(ConfigBase):
         check_range("value_coef", self.value_coef, 0.0, 1e6)
         check_range("entropy_coef", self.entropy_coef, 0.0, 1e6)
         check_range("aux_goal_coef", self.aux_goal_coef, 0.0, 1e6)
+        check_choice("aux_target", self.aux_target, AUX_TARGETS)
         check_range("ema_alpha", self.ema_alpha, 0.0, 1.0)
         if self.ema_alpha >= 1.0:
             raise ConfigError("config key 'ema_alpha' must be < 1 (1 would never update).")

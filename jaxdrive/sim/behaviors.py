@@ -20,6 +20,8 @@ import jax.numpy as jnp
 from jaxdrive.types import AgentState
 
 COLLISION_BEHAVIORS = ("ignore", "stop", "remove")
+# "collision": an off-road step ends the agent as ``collision_behavior`` says.
+OFFROAD_BEHAVIORS = ("ignore", "collision")
 GOAL_BEHAVIORS = ("respawn", "new_goal", "stop", "remove", "trial")
 # Where removed agents are parked: far outside any map, never collidable or observed.
 REMOVED_XY = -1.0e5

@@ -47,7 +47,7 @@ from jaxdrive.agents.rollout import Transition, scan_rollout
 from jaxdrive.config import ConfigError
 from jaxdrive.env import Env, EnvParams, EnvState, TimeStep
 from jaxdrive.env.environment import per_device
-from jaxdrive.env.observation import goal_features
+from jaxdrive.env.observation import goal_features, nearest_vehicle_features
 from jaxdrive.metrics.episode import report_values
 from jaxdrive.metrics.registry import report_names
 from jaxdrive.metrics.trials import TrialTotals, adaptation_metrics
@@ -500,13 +500,18 @@ class PPO:
         return self.config.train.aux_goal_coef > 0
 
     def _aux_goal_target(self, state: EnvState) -> jax.Array | None:
-        """(B * A, 3) float32 goal rows of ``state`` as ``goal: visible`` would show them,
-        or None without the auxiliary goal loss."""
+        """(B * A, 3) float32 targets of the auxiliary head (``train.aux_target``): the
+        goal rows of ``state`` as ``goal: visible`` would show them, or where the nearest
+        other vehicle is (``nearest_vehicle_features``); None without the auxiliary loss."""
         if not self.aux_goal:
             return None
         cfg = self.env.config.observation
-        rows = jax.vmap(lambda agents, goal: jnp.stack(goal_features(cfg, agents, goal),
-                                                       axis=-1))(state.agents, state.goal)
+        if self.config.train.aux_target == "nearest_vehicle":
+            rows = jax.vmap(lambda agents, removed: nearest_vehicle_features(
+                cfg, agents, agents.valid & ~removed))(state.agents, state.removed)
+        else:
+            rows = jax.vmap(lambda agents, goal: jnp.stack(
+                goal_features(cfg, agents, goal), axis=-1))(state.agents, state.goal)
         return _rows(rows)
 
     def _update_stats(self, ep_ema, tr_ema, ts: TimeStep):

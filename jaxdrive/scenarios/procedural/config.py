@@ -38,6 +38,7 @@ _CONFLICT_CLEARANCE = 0.25
 # Salt of the goal-exit draws (``goal_exit: uniform``), likewise.
 _EXIT_SALT = 0xE817
 GOAL_EXITS = ("route", "uniform")
+PARTNER_CONVENTIONS = ("none", "keep_right", "keep_left", "either")
 LOG_CONFLICTS = ("drop", "keep")
 
 
@@ -123,6 +124,16 @@ class ProceduralConfig(ConfigBase):
       stop_radius: m, the env's ``goal_radius`` that ``log_conflicts: drop`` allows for:
         under ``goal_behavior: stop`` a vehicle stops where it first comes this close to
         its goal, short of its logged stop, and that box is kept clear too.
+      partner_convention: ``none`` (default), or the narrow-passing family
+        (``jaxdrive.scenarios.procedural.passing``): the ego and one oncoming partner on
+        a straight road, the partner keeping to its right (``keep_right``), its left
+        (``keep_left``) or either with equal odds, drawn per scene (``either``). Needs
+        ``topology`` straight only and one lane per direction; ``speed``, ``length`` and
+        ``width`` size the two cars, and ``log_conflicts`` does not apply (the ego's log
+        drives the centre line, through the partner).
+      partner_offset: m, the partner's lateral distance from the centre line, drawn per
+        scene; it must block an ego on the centre line (``high < width[0]``) and one
+        hugging the edge on the partner's side (``low > lane_width[1] - 1.5 width[0]``).
     """
 
     topology: TopologyWeights = TopologyWeights()
@@ -153,6 +164,8 @@ class ProceduralConfig(ConfigBase):
     exit_goal_distance: tuple[float, float] = (5.0, 15.0)
     log_conflicts: str = "drop"
     stop_radius: float = 2.0
+    partner_convention: str = "none"
+    partner_offset: tuple[float, float] = (1.0, 1.5)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):  # lists -> tuples so the config stays hashable
@@ -211,6 +224,7 @@ class ProceduralConfig(ConfigBase):
                 f"{self.arm_length - self.length[1] / 2:.2f} so that the goal lies on the "
                 "exit arm. Lower it or raise arm_length."
             )
+        self._check_passing()
         need_yellow = min_yellow(self)
         if self.signals > 0 and self.yellow < need_yellow:
             raise ConfigError(
@@ -242,6 +256,36 @@ class ProceduralConfig(ConfigBase):
                 "(length[1] + max(goal_distance[0], speed[1] * junction_clear_steps * dt)) "
                 "so that every lane has a spawn slot. Raise arm_length or lower those."
             )
+
+    def _check_passing(self) -> None:
+        """The narrow-passing family's own requirements (``partner_convention``)."""
+        check_choice("partner_convention", self.partner_convention, PARTNER_CONVENTIONS)
+        check_interval("partner_offset", self.partner_offset, 0.0, 20.0)
+        if self.partner_convention == "none":
+            return
+        others = [n for n in TOPOLOGIES[1:] if getattr(self.topology, n) > 0]
+        if others or self.topology.straight <= 0:
+            raise ConfigError(
+                f"config key 'partner_convention' = {self.partner_convention!r} builds "
+                "straight roads only: set topology to {straight: 1, curve: 0, t_junction: 0, "
+                "intersection: 0} (now "
+                f"{dict(zip(TOPOLOGIES, self.topology.as_tuple(), strict=True))}).")
+        if tuple(self.lanes_per_direction) != (1, 1):
+            raise ConfigError(
+                f"config key 'partner_convention' = {self.partner_convention!r} needs "
+                f"lanes_per_direction [1, 1], not {list(self.lanes_per_direction)}.")
+        lo, hi = self.partner_offset
+        if hi >= self.width[0]:
+            raise ConfigError(
+                f"config key 'partner_offset' = {list(self.partner_offset)}: high must be < "
+                f"width[0] = {self.width[0]} so that the partner blocks an ego on the centre "
+                "line.")
+        need_lo = self.lane_width[1] - 1.5 * self.width[0]
+        if lo <= need_lo:
+            raise ConfigError(
+                f"config key 'partner_offset' = {list(self.partner_offset)}: low must be > "
+                f"lane_width[1] - 1.5 width[0] = {need_lo:.2f} so that the partner blocks an "
+                "ego hugging the road edge on its side.")
 
 
 def _min_arc_gap(length: float, width: float, radius: float) -> float:
@@ -307,6 +351,8 @@ class ProceduralInfo:
       green: () float32, s, green time of each phase (0 unless signalised).
       cycle: () float32, s, length of the light cycle (0 unless signalised).
       cycle_offset: () float32, s, cycle time at log step 0 (0 unless signalised).
+      partner_side: () int32, the narrow-passing partner's side (``partner_convention``):
+        +1 it keeps to its right, -1 to its left, 0 not a passing scene.
     """
 
     topology: jax.Array
@@ -323,3 +369,4 @@ class ProceduralInfo:
     green: jax.Array
     cycle: jax.Array
     cycle_offset: jax.Array
+    partner_side: jax.Array

@@ -29,6 +29,7 @@ from jaxdrive.scenarios.procedural.logs import (
     _object_log,
     _uniform_exit_goals,
 )
+from jaxdrive.scenarios.procedural.passing import _SIDE_SALT, partner_side, passing_objects
 from jaxdrive.scenarios.procedural.roads import (
     _arm_lanes,
     _connectors,
@@ -52,7 +53,7 @@ from jaxdrive.types import (
 
 def generate_with_info(
     key: jax.Array, config: ProceduralConfig, scenario_config: ScenarioConfig,
-    exit_key: jax.Array | None = None,
+    exit_key: jax.Array | None = None, side_key: jax.Array | None = None,
 ) -> tuple[Scenario, ProceduralInfo]:
     """Like ``generate``, also returning what was sampled.
 
@@ -64,6 +65,9 @@ def generate_with_info(
     ``exit_key`` (``goal_exit: uniform`` only) replaces ``fold_in(key, _EXIT_SALT)`` as
     the key of the goal-exit draws: another ``exit_key`` changes ``objects.goal`` and
     nothing else.
+
+    ``side_key`` (``partner_convention: either`` only) likewise replaces
+    ``fold_in(key, _SIDE_SALT)`` as the key of the narrow-passing partner's side draw.
 
     Returns:
       (Scenario, ProceduralInfo); see ``ProceduralInfo`` for the (A,)-shaped per-agent
@@ -109,7 +113,22 @@ def generate_with_info(
         agent_goal_distance=jnp.where(spawned, goal_s - sigma, 0.0).astype(f32),
         agent_exit=jnp.where(spawned, agent_exit, -1).astype(i32),
     )
-    if cfg.log_conflicts == "drop":
+    side = jnp.zeros((), i32)
+    if cfg.partner_convention != "none":
+        if side_key is None:
+            side_key = jax.random.fold_in(key, _SIDE_SALT)
+        side = partner_side(side_key, cfg.partner_convention)
+        objects, speed2, travel = passing_objects(key, cfg, scfg, sc, side)
+        two = jnp.arange(scfg.max_agents) < 2
+        pad2 = lambda x: jnp.zeros((scfg.max_agents,), f32).at[:2].set(x)
+        agents = dict(
+            agent_lane=jnp.full((scfg.max_agents,), -1, i32),
+            agent_route=jnp.full(agents["agent_route"].shape, -1, i32),
+            agent_speed=pad2(speed2), agent_goal_distance=jnp.where(two, pad2(travel), 0.0),
+            agent_exit=jnp.full((scfg.max_agents,), -1, i32))
+    elif side_key is not None:
+        raise ValueError("side_key applies only with partner_convention: either.")
+    elif cfg.log_conflicts == "drop":
         objects, agents = _keep_agents(objects, agents, _conflict_free(objects, agent_lane,
                                                                   cfg.stop_radius))
     scenario = Scenario(roadgraph=roadgraph, lanes=lanes, traffic_lights=lights, objects=objects)
@@ -121,6 +140,7 @@ def generate_with_info(
         junction_radius=sc.r_j.astype(f32),
         **agents,
         **_signal_info(cfg, sig),
+        partner_side=side,
     )
     return scenario, info
 

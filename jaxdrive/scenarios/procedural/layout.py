@@ -316,6 +316,11 @@ def required_sizes(config: ProceduralConfig) -> dict[str, int]:
 def check_fits(config: ProceduralConfig, scenario_config: ScenarioConfig) -> None:
     """Raise ``ConfigError`` naming the ``ScenarioConfig`` key that is too small."""
     need = required_sizes(config)
+    if config.partner_convention != "none" and scenario_config.max_agents < 2:
+        raise ConfigError(
+            f"max_agents={scenario_config.max_agents} too small for partner_convention="
+            f"{config.partner_convention!r}: the narrow-passing scene has 2 cars; raise "
+            "scenario max_agents to 2.")
     what = (
         f"arm_length={config.arm_length}, point_spacing={config.point_spacing}, "
         f"lanes_per_direction={list(config.lanes_per_direction)}"
