@@ -11,7 +11,7 @@ ego and one oncoming partner that keeps to its right or its left, seen only with
   right and meets one that keeps left head-on; its observations of the two scenes are
   bit-identical until the partner comes within ``partner_radius``; an ego driving off
   the road ends its trial there (``offroad_behavior: collision``), counted as off-road
-  and not as a collision.
+  and not as a collision. The partner is not a controlled row: it drives its log.
 - The oracle preset's env differs from the ego's in one key, and at the first step its
   observation differs from the ego's in the partner tokens only.
 - ``nearest_vehicle_features`` (the auxiliary target) against hand-computed numbers.
@@ -162,8 +162,9 @@ def rollout(gen):
     return jax.device_get(out)
 
 
-def test_side_decides_and_fog_hides_it(rollout):
+def test_side_decides_and_fog_hides_it(rollout, gen):
     obs, xy, collided, offroad, reached, trial_done, sid = rollout
+    scene_logs = _partner_logs(gen)
     assert np.all(sid[0] == np.arange(3))
     ego, partner = 0, 1
     # Each env's first (and only) trial ends at its first trial_done; later steps belong
@@ -186,6 +187,19 @@ def test_side_decides_and_fog_hides_it(rollout):
         np.testing.assert_array_equal(leaf[hidden, 0, ego], leaf[hidden, 1, ego])
     assert np.any(obs.partners[seen, 0, ego] != obs.partners[seen, 1, ego])
     assert obs.partner_mask[seen, 0, ego].all() and not obs.partner_mask[hidden, 0, ego].any()
+    # The partner is no controlled row: whatever the ego does, it drives its log.
+    for e in range(2):
+        np.testing.assert_array_equal(
+            xy[: end[e] + 1, e, partner],
+            scene_logs[e][ONE_TRIAL.init_step: ONE_TRIAL.init_step + end[e] + 1])
+
+
+def _partner_logs(gen):
+    """(2, T, 2): the partner's logged positions in the rollout's envs 0 and 1."""
+    (sc, info), (sc2, info2) = gen
+    i = int(np.flatnonzero(info.partner_side != info2.partner_side)[0])
+    right, left = (sc, sc2) if info.partner_side[i] == 1 else (sc2, sc)
+    return right.objects.xy[i, 1], left.objects.xy[i, 1]
 
 
 def test_offroad_ends_the_trial_as_a_collision_does(rollout):
