@@ -25,10 +25,12 @@ from jaxdrive.scenarios.procedural import ProceduralConfig
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 RUN_PRESETS = ("quickstart", "quickstart_transformer", "cpu_hour", "selfplay_gpu", "adaptive",
-               "adaptive_hidden_goal", "adaptive_hidden_goal_mlp", "adaptive_population",
-               "adaptive_population_partner", "womd_small", "womd_bc", "womd")
+               "adaptive_hidden_goal", "adaptive_hidden_goal_mlp", "adaptive_passing",
+               "adaptive_passing_gpu", "adaptive_passing_mlp", "adaptive_passing_oracle",
+               "adaptive_population", "adaptive_population_partner", "womd_small", "womd_bc",
+               "womd")
 SIMULATE_PRESETS = ("simulate_default", "simulate_hard", "human_replay", "adaptive_simulate")
-SUITE_PRESETS = ("eval/default", "eval/realism", "eval/population")
+SUITE_PRESETS = ("eval/default", "eval/passing", "eval/population", "eval/realism")
 
 
 def test_every_file_of_configs_is_a_preset_and_each_is_tested_here():
@@ -304,3 +306,25 @@ def test_the_version_is_one_number_with_a_changelog_entry():
     assert jaxdrive.__version__ == version
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"\n## {version} " in changelog or f"\n## {version}\n" in changelog
+
+
+def test_eval_passing_preset_sections_set_each_partner_member():
+    from jaxdrive.eval.suite import load_suite_file
+    from jaxdrive.runs.config import load_run_config
+
+    run = load_run_config("adaptive_passing")
+    specs = load_suite_file("eval/passing", "default", run.env, run.procedural)
+    got = {s.name: (s.procedural.partner_convention, s.procedural.partner_offset,
+                    s.env.goal_behavior, s.num_scenarios, s.seed) for s in specs}
+    train, wide = run.procedural.partner_offset, (1.5, 1.75)
+    assert got == {
+        "either": ("either", train, "trial", 256, 1000),
+        "keep_right": ("keep_right", train, "trial", 256, 1000),
+        "keep_left": ("keep_left", train, "trial", 256, 1000),
+        "either_wide": ("either", wide, "trial", 256, 1000),
+        "keep_right_wide": ("keep_right", wide, "trial", 256, 1000),
+        "keep_left_wide": ("keep_left", wide, "trial", 256, 1000)}
+    assert run.train.seed != 1000 and run.validation.seed != 1000  # held-out scenes
+    assert [s.name for s in load_suite_file("eval/passing", "held_out", run.env,
+                                            run.procedural)] == [
+        "either_wide", "keep_right_wide", "keep_left_wide"]
