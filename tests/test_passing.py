@@ -146,7 +146,7 @@ def rollout(gen):
         return jax.lax.cond(state.scenario_id == 2, off_road, keep_right, p, state, ts, None)
 
     sids = jnp.arange(3, dtype=jnp.int32)
-    state, ts = jax.vmap(env.reset_to, in_axes=(None, 0, 0))(
+    state, ts = jax.jit(jax.vmap(env.reset_to, in_axes=(None, 0, 0)))(
         params, sids, jax.random.split(jax.random.key(0), 3))
 
     def step(carry, _):
@@ -222,7 +222,7 @@ def test_oracle_differs_in_partner_radius_only(gen):
     for cfg in (RUN.env, oracle.env):
         env = Env(cfg)
         params = env.make_params(make_pool(scenes, cfg.road_index))
-        _, ts = env.reset_batch(params, jax.random.key(0), 2)
+        _, ts = jax.jit(env.reset_batch, static_argnums=2)(params, jax.random.key(0), 2)
         obs.append(jax.device_get(ts.obs))
     ego, orc = obs
     for name in ("ego", "road", "road_mask", "road_type"):
@@ -236,14 +236,15 @@ def test_nearest_vehicle_features_by_hand():
         xy=jnp.array([[0.0, 0.0], [10.0, 2.0], [30.0, -5.0]]),
         yaw=jnp.array([0.0, np.pi / 2, 0.0], jnp.float32), vel=jnp.zeros((3, 2)),
         steer=jnp.zeros(3), accel=jnp.zeros(3), valid=jnp.ones(3, bool))
-    got = np.asarray(nearest_vehicle_features(cfg, agents, jnp.array([True, True, True])))
+    features = jax.jit(nearest_vehicle_features, static_argnums=0)
+    got = np.asarray(features(cfg, agents, jnp.array([True, True, True])))
     d01, d12 = np.hypot(10, 2), np.hypot(20, 7)
     s, lat = cfg.goal_scale, AUX_LATERAL_SCALE
     np.testing.assert_allclose(got[0], [10 / s, 2 / lat, d01 / s], rtol=1e-5)
     # Agent 1 heads +y: agent 0, at (-10, -2) from it, lies 2 m behind and 10 m right.
     np.testing.assert_allclose(got[1], [-2 / s, 10 / lat, d01 / s], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[2], [-20 / s, 7 / lat, d12 / s], rtol=1e-5)
-    alone = np.asarray(nearest_vehicle_features(cfg, agents, jnp.array([True, False, False])))
+    alone = np.asarray(features(cfg, agents, jnp.array([True, False, False])))
     np.testing.assert_array_equal(alone[0], 0.0)  # nobody else visible
     np.testing.assert_allclose(alone[1], [-2 / s, 10 / lat, d01 / s], rtol=1e-5, atol=1e-6)
 
