@@ -91,9 +91,11 @@ class TrainConfig(ConfigBase):
         the ego features, which the env computes even when ``observation.goal`` hides
         them (a training target only; the policy never observes it). 0 = off.
       aux_target: what the auxiliary head predicts: ``goal`` (the goal rows, above) or
-        ``nearest_vehicle`` (where the nearest other vehicle is, even beyond
-        ``observation.partner_radius``: ``jaxdrive.env.observation.nearest_vehicle_features``;
-        the narrow-passing task of ``docs/adaptation.md``).
+        ``nearest_vehicle`` (where the nearest other vehicle among the env's agent rows
+        is, even beyond ``observation.partner_radius``:
+        ``jaxdrive.env.observation.nearest_vehicle_features``; background objects of
+        packed rows, ``env.max_controlled``, are not candidates; the narrow-passing task
+        of ``docs/adaptation.md``).
       ema_alpha: weight of the old value in the per-agent EMA of episode metrics.
       co_players: run directories (or checkpoints directories) of frozen partner
         policies for co-player agents (``env.co_player_fraction``), or population
