@@ -61,6 +61,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1000)
     p.add_argument("--json")
     args = p.parse_args()
+    if args.scenes < 1:
+        p.error("--scenes must be >= 1")
     res = crossplay(args.config, args.scenes, args.seed)
     print(f"{'partner member':<16}" + "".join(f"{'ego ' + s:>26}" for s in STRATEGIES))
     for member, row in res.items():

@@ -13,13 +13,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import numpy as np
 
 
 def _load(path):
-    with open(path) as f:
-        return json.load(f)["evaluators"]
+    """The ``evaluators`` of an ``eval`` results file; exits (code 2) naming the file when
+    it is missing or not a results file."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        evaluators = data["evaluators"]
+        if not isinstance(evaluators, dict):
+            raise TypeError("'evaluators' is not a mapping")
+        return evaluators
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: {path}: not a results file of python -m jaxdrive.eval ({e}); pass "
+              "the --out file of an eval/passing run", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _host_scores(ev, actor):
