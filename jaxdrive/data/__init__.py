@@ -10,10 +10,12 @@ Layers (host only, no JAX inside the readers):
 - ``shards`` / ``load``: the ``.npz`` cache with ``manifest.json``; ``load_scenarios``.
 - ``dataset``: seeded, host-split, prefetching stream of device batches.
 - ``subsets``: behaviour-class subsets; ``checks``: sanity checks.
+- ``augment``: ``mirror_scenario``, the scene reflected across its x axis.
 
 CLI: ``python -m jaxdrive.data convert|inspect|subset`` (see ``docs/data.md``).
 """
 
+from jaxdrive.data.augment import mirror_scenario
 from jaxdrive.data.checks import check_scenarios, scenario_problems
 from jaxdrive.data.convert import (
     ConvertConfig,
@@ -32,6 +34,6 @@ from jaxdrive.data.womd import parse_scenario
 __all__ = [
     "ConvertConfig", "RawScene", "SceneError", "ScenarioDataset", "TFRecordError",
     "arrays_to_scenario", "check_scenarios", "convert_scene", "convert_to_shards",
-    "load_scenarios", "parse_scenario", "read_json_scene", "read_records",
+    "load_scenarios", "mirror_scenario", "parse_scenario", "read_json_scene", "read_records",
     "real_data_config", "scan_records", "scenario_problems", "scenario_to_arrays", "write_records",
 ]

@@ -24,7 +24,12 @@ from jaxdrive.data import shards as shards_lib
 from jaxdrive.data import subsets as subsets_lib
 from jaxdrive.data.checks import scenario_problems
 from jaxdrive.data.convert import ConvertConfig, arrays_to_scenario, real_data_config
-from jaxdrive.data.load import ConversionStopped, convert_one, convert_to_shards
+from jaxdrive.data.load import (
+    MIRROR_VALIDATION,
+    ConversionStopped,
+    convert_one,
+    convert_to_shards,
+)
 from jaxdrive.data.split import DEFAULT_VALIDATION_FRACTION, SPLITS, check_fraction
 from jaxdrive.files import OutputError
 from jaxdrive.scenarios.base import ScenarioConfig
@@ -71,6 +76,8 @@ def _configs(args) -> tuple[ScenarioConfig, ConvertConfig]:
 def cmd_convert(args) -> int:
     """``convert``: JSON scenes / WOMD TFRecords -> npz shards and a manifest, with a
     printed summary; returns 1 if no scenario could be converted, else 0."""
+    if args.mirror and args.split == "validation":
+        raise ConfigError(MIRROR_VALIDATION)
     sc, cc = _configs(args)
     t = time.perf_counter()
     notice = lambda name: (f"{name}: stopping; {args.out} stays as it was "  # noqa: E731
@@ -80,7 +87,8 @@ def cmd_convert(args) -> int:
             m = convert_to_shards(args.inputs, args.out, sc, cc, shard_size=args.shard_size,
                                   compress=not args.no_compress, workers=args.workers,
                                   should_stop=lambda: stop.requested, split=args.split,
-                                  validation_fraction=args.validation_fraction)
+                                  validation_fraction=args.validation_fraction,
+                                  mirror=args.mirror)
         except (ConversionStopped, KeyboardInterrupt):
             print(f"stopped by {stop.name}: nothing converted was kept, {args.out} is as "
                   "it was.", file=sys.stderr)
@@ -107,6 +115,9 @@ def cmd_convert(args) -> int:
         print(f"split: kept the {n} scenes of the {args.split} split; "
               f"{m['split']['scenes_of_the_other_split']} belong to the other one "
               f"(validation fraction {args.validation_fraction:g}, by scenario id)")
+    if "augment" in m:
+        print(f"mirror: {m['augment']['mirrored_scenes']} of the {n} scenes are mirrored "
+              f"copies (ids ending {m['augment']['id_suffix']})")
     print(f"manifest: {args.out}/{shards_lib.MANIFEST}")
     if n == 0:
         print("error: no scenario could be converted (see the skip reasons above).",
@@ -304,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validation-fraction", type=_fraction,
                    default=DEFAULT_VALIDATION_FRACTION,
                    help="share of scenes in the validation split, in (0, 1)")
+    p.add_argument("--mirror", action="store_true",
+                   help="also write each scene reflected across its x axis, id suffixed "
+                        "'~mirror' (training augmentation; not with --split validation)")
     _size_args(p)
     p.set_defaults(fn=cmd_convert)
     p = sub.add_parser("inspect", help="summary of one scene")

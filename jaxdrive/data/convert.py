@@ -276,6 +276,48 @@ def convert_scene(
     return out, info
 
 
+def direction_source(same_next: np.ndarray) -> np.ndarray:
+    """Which segment gives each point of consecutive polylines its ``Roadgraph.dir``.
+
+    Args:
+      same_next: (n,) bool, point i and point i+1 belong to the same polyline.
+    Returns:
+      (n,) int64, the point that starts the segment: i itself, i-1 at a polyline's last
+      point, -1 for a single-point polyline (its direction is zero).
+    """
+    n = same_next.shape[0]
+    has_prev = np.zeros(n, bool)
+    has_prev[1:] = same_next[:-1]
+    i = np.arange(n)
+    return np.where(same_next, i, np.where(has_prev, i - 1, -1))
+
+
+def segment_units(pts: np.ndarray, same_next: np.ndarray) -> np.ndarray:
+    """(n, 2) pts, (n,) bool -> (n, 2): unit vector from point i to point i+1 where
+    ``same_next`` (zero elsewhere and for segments shorter than 1e-9 m)."""
+    seg = np.zeros_like(pts)
+    seg[:-1] = pts[1:] - pts[:-1]
+    seg[~same_next] = 0.0
+    norm = np.linalg.norm(seg, axis=-1, keepdims=True)
+    return np.where(norm > 1e-9, seg / np.maximum(norm, 1e-9), 0.0)
+
+
+def polyline_directions(pts: np.ndarray, same_next: np.ndarray) -> np.ndarray:
+    """``Roadgraph.dir`` of consecutive polylines.
+
+    Args:
+      pts: (n, 2) float, points; same_next: (n,) bool (see ``direction_source``).
+    Returns:
+      (n, 2), pts' dtype: ``segment_units`` taken by ``direction_source``.
+    """
+    return take_directions(segment_units(pts, same_next), direction_source(same_next))
+
+
+def take_directions(units: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """(n, 2) segment unit vectors, (n,) ``direction_source`` -> (n, 2) point directions."""
+    return np.where(source[:, None] >= 0, units[np.maximum(source, 0)], 0.0)
+
+
 def _convert_roads(raw: RawScene, origin, config: ScenarioConfig, cc: ConvertConfig):
     R, L = config.max_road_points, config.max_lanes
     lens = np.diff(raw.road_start)
@@ -357,19 +399,9 @@ def _convert_roads(raw: RawScene, origin, config: ScenarioConfig, cc: ConvertCon
     info["truncated_road_points"] = int(raw.num_road_points - kept)
 
     pts = raw.road_xy[src] - origin
-    seg = np.zeros_like(pts)
     same_next = np.zeros(kept, bool)
     same_next[:-1] = owner[1:] == owner[:-1]
-    seg[:-1] = pts[1:] - pts[:-1]
-    seg[~same_next] = 0.0
-    # Last point of a polyline: the previous segment's direction (zero if single-point).
-    last = ~same_next
-    has_prev = np.zeros(kept, bool)
-    has_prev[1:] = owner[1:] == owner[:-1]
-    use_prev = last & has_prev
-    seg[use_prev] = seg[np.flatnonzero(use_prev) - 1]
-    norm = np.linalg.norm(seg, axis=-1, keepdims=True)
-    direction = np.where(norm > 1e-9, seg / np.maximum(norm, 1e-9), 0.0)
+    direction = polyline_directions(pts, same_next)
 
     xy = np.zeros((R, 2), np.float32)
     xy[:kept] = pts

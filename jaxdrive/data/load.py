@@ -13,11 +13,13 @@ import numpy as np
 
 from jaxdrive.config import ConfigError
 from jaxdrive.data import shards as shards_lib
+from jaxdrive.data.augment import MIRROR_SUFFIX, mirror_info, mirror_scenario
 from jaxdrive.data.convert import (
     REPORT_COUNTS,
     ConvertConfig,
     arrays_to_scenario,
     convert_scene,
+    scenario_to_arrays,
 )
 from jaxdrive.data.raw import SceneError
 from jaxdrive.data.sources import expand_inputs, item_source, iter_items, read_item
@@ -33,6 +35,8 @@ from jaxdrive.scenarios.base import ScenarioConfig
 from jaxdrive.types import RoadType, Scenario
 
 UNEXPECTED = "unexpected error while reading"
+MIRROR_VALIDATION = ("--mirror cannot be combined with --split validation: mirrored copies "
+                     "are training augmentation, the held-out split is never augmented.")
 
 
 def _convert_item(args) -> tuple:
@@ -116,8 +120,14 @@ def convert_to_shards(
     convert: ConvertConfig | None = None, shard_size: int = 128, compress: bool = True,
     workers: int = 1, should_stop: Callable[[], bool] | None = None,
     split: str | None = None, validation_fraction: float = DEFAULT_VALIDATION_FRACTION,
+    mirror: bool = False,
 ) -> dict[str, Any]:
     """Convert JSON scenes / TFRecord files into shards in ``out_dir``; returns the manifest.
+
+    ``mirror`` also writes each kept scene's mirrored copy (``augment.mirror_scenario``)
+    right after it, with id ``<id>~mirror`` (record ``mirror_of``: the original id); the
+    manifest's ``augment`` field says so. Refused with ``split="validation"``: the
+    held-out split is never augmented.
 
     ``split`` (``"train"`` or ``"validation"``) keeps only the scenes of that split
     (``jaxdrive.data.split``: by a hash of the scenario id, ``validation_fraction`` of
@@ -134,16 +144,20 @@ def convert_to_shards(
 
     Raises:
       ConfigError: an input is missing, ``out_dir`` is not a directory or holds a
-        manifest listing files outside it, or ``shard_size`` < 1.
+        manifest listing files outside it, ``shard_size`` < 1, or ``mirror`` with the
+        validation split.
       ConversionStopped: ``should_stop()`` said so.
     """
     convert = convert or ConvertConfig()
     stop = should_stop or (lambda: False)
     if split is not None and split not in SPLITS:
         raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if mirror and split == "validation":
+        raise ConfigError(MIRROR_VALIDATION)
     check_fraction(validation_fraction)
     files = expand_inputs(paths)
     other = 0  # usable scenes of the other split
+    mirrored = 0
     with staged_cache(out_dir) as staging:
         writer = shards_lib.ShardWriter(staging, config, convert, shard_size, compress)
         for path, _ in files:
@@ -158,6 +172,16 @@ def convert_to_shards(
                 if split is None or split_of(str(result[2]["scenario_id"]),
                                              validation_fraction) == split:
                     writer.add(result[1], result[2])
+                    if mirror:
+                        info = mirror_info(result[2])
+                        if str(info["scenario_id"]) in seen:
+                            writer.skip(info["source"], f"{info['source']}: mirrored copy "
+                                        f"{info['scenario_id']} is already in the set")
+                        else:
+                            _keep(info, seen)  # a later input with the copy's id is skipped
+                            writer.add(scenario_to_arrays(mirror_scenario(
+                                arrays_to_scenario(result[1]))), info)
+                            mirrored += 1
                 else:
                     other += 1
             elif why is not None:
@@ -168,6 +192,9 @@ def convert_to_shards(
             writer.extra["split"] = {"name": split, "validation_fraction":
                                      validation_fraction, "rule": RULE,
                                      "scenes_of_the_other_split": other}
+        if mirror:
+            writer.extra["augment"] = {"mirror": True, "id_suffix": MIRROR_SUFFIX,
+                                       "mirrored_scenes": mirrored}
         manifest = writer.close()
         if stop():  # the last moment the output directory can stay as it was
             raise ConversionStopped

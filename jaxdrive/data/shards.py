@@ -10,7 +10,9 @@ float64 (the world position of each scene's coordinate origin).
 [{source, reason}], ``truncated_agents``, ``truncated_road_points`` and ``totals`` (every
 per-scene count summed), ``scenarios`` (one record per scene: id, source, shard, index,
 origin, kept sizes and counts), ``scenario_config``, ``convert_config``, ``classes``
-(behaviour-class subsets, see ``subsets.py``), ``version``, ``created``.
+(behaviour-class subsets, see ``subsets.py``), ``version``, ``created``; ``split`` and
+``augment`` (``{mirror, id_suffix, mirrored_scenes}``) when converted with ``--split`` /
+``--mirror``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ FORMAT = "jaxdrive-scenario-shards"
 # Per-scene record fields copied from the converter's info into the manifest.
 _RECORD_FIELDS = ("scenario_id", "source", "origin", "num_agents", "num_objects_in",
                   "num_road_points", "num_road_points_in", "road_tolerance",
-                  "sdc_inferred") + REPORT_COUNTS
+                  "sdc_inferred", "mirror_of") + REPORT_COUNTS
 # Index fills for padding to larger sizes (everything else pads with 0 / False).
 _MINUS_ONE = ("roadgraph.id", "lanes.successors", "traffic_lights.lane_id")
 
