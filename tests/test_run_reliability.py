@@ -426,7 +426,7 @@ def test_run_dir_starts_then_resumes_with_the_same_command(tmp_path, monkeypatch
 
 
 def test_processes_agree_on_a_stop_once_per_iteration(monkeypatch):
-    """Issue 39, item 6: one stop-flag collective per iteration in a multi-process job
+    """Issue 39, item 6: one stop-flag collective per agreement in a multi-process job
     (the loop asks twice); every ask after the same iteration gets the agreed answer,
     even if a signal arrived locally in between (agreed on after the next iteration)."""
     import types
@@ -437,7 +437,13 @@ def test_processes_agree_on_a_stop_once_per_iteration(monkeypatch):
     monkeypatch.setattr(run_module.jax, "process_count", lambda: 2)
     monkeypatch.setattr(run_module, "any_process",
                         lambda flag: calls.append(flag) or flag)
-    loop = types.SimpleNamespace()
+    from jaxdrive.runs.config import RunConfig
+
+    # Agreement after every iteration (``train.stop_check_every: 1``; every k:
+    # test_train_multiprocess.py::test_stop_agreement_every_k_iterations_and_overlap_between).
+    loop = types.SimpleNamespace(config=RunConfig.from_dict({"train": {"stop_check_every": 1}}),
+                                 n_it=10)
+    loop._stop_check_due = types.MethodType(run_module._Run._stop_check_due, loop)
     stop = types.SimpleNamespace(requested=False)
     agreed = lambda it: run_module._Run._stop_agreed(loop, stop, it)  # noqa: E731
     assert [agreed(1), agreed(1)] == [False, False] and calls == [False]

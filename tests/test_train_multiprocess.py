@@ -127,6 +127,68 @@ def test_two_processes_train_save_resume_like_one(tmp_path):
           f"difference {diff:.2e} = {diff / scale:.2e} of the largest |weight|")
 
 
+def test_stop_agreement_every_k_iterations_and_overlap_between(monkeypatch):
+    """Issue 39, item 6: in a multi-process job the processes agree on a stop after
+    every ``train.stop_check_every`` iterations and after the last (one collective
+    each), never in between; a request that arrives in between is agreed on at the next
+    agreement, or when every process leaves the loop (``force``); between agreements
+    the next iteration may be dispatched before the metrics are read."""
+    import types
+
+    import jax
+
+    from jaxdrive.runs.config import RunConfig
+    from jaxdrive.signals import StopRequest
+    from jaxdrive.train import run as run_mod
+
+    calls = []
+    peer_asks = {9}  # another process was signalled before iteration 9's agreement
+
+    def fake_any_process(flag):
+        it = fake.current
+        calls.append(it)
+        return bool(flag) or it in peer_asks
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(run_mod, "any_process", fake_any_process)
+    config = RunConfig.from_dict({"train": {"stop_check_every": 3}})
+    fake = types.SimpleNamespace(config=config, n_it=10, current=0)
+    for name in ("_stop_check_due", "_stop_agreed"):
+        setattr(fake, name, types.MethodType(getattr(run_mod._Run, name), fake))
+    assert [it for it in range(1, 11) if fake._stop_check_due(it)] == [3, 6, 9, 10]
+
+    stop = StopRequest()
+    answers = {}
+    for it in range(1, 11):
+        fake.current = it
+        if it == 4:
+            stop.requested = True  # this process's signal, between two agreements
+        answers[it] = fake._stop_agreed(stop, it)
+        assert fake._stop_agreed(stop, it) == answers[it]  # asked twice: one collective
+    assert calls == [3, 6, 9, 10]
+    assert [it for it, a in answers.items() if a] == [6, 9, 10]
+
+    # Forced when every process leaves the loop between two agreements: one collective.
+    calls.clear()
+    stop = StopRequest()
+    fake.current, fake._agreed = 7, (None, False)
+    assert fake._stop_agreed(stop, 7) is False and calls == []
+    stop.requested = True
+    assert fake._stop_agreed(stop, 7, force=True) is True and calls == [7]
+    # A peer's request reaches a process that was not signalled, at the agreement.
+    calls.clear()
+    stop = StopRequest()
+    fake.current = 9
+    assert fake._stop_agreed(stop, 9) is True and stop.requested and calls == [9]
+    # One process: no collective, its own request at once.
+    monkeypatch.setattr(jax, "process_count", lambda: 1)
+    calls.clear()
+    stop = StopRequest()
+    stop.requested = True
+    fake.current = 4
+    assert fake._stop_agreed(stop, 4) is True and calls == []
+
+
 def test_unreachable_coordinator_is_a_clear_error_in_bounded_time(tmp_path):
     port = _free_port()  # nothing listens there
     t0 = time.monotonic()
@@ -344,3 +406,42 @@ def test_sigterm_to_a_job_saves_on_both_and_the_same_command_resumes(tmp_path):
     assert f"note: {run_dir} holds a run: resuming it" in outs[0]
     assert _params(run_dir)[0] == 60
     assert [r["iteration"] for r in _rows(run_dir)] == list(range(1, 61))
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_at_the_next_agreement(tmp_path):
+    """Issue 39, item 6: a signal to one process of a 2-process job (a node's own
+    preemption) is agreed on at the next ``train.stop_check_every`` iteration: both
+    processes stop after that same iteration, save once and exit 0."""
+    import signal
+
+    k = 4
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(merge(TINY, {"validation": {"every": 0},
+                                                  "train": {"total_steps":
+                                                            200 * STEPS_PER_IT,
+                                                            "stop_check_every": k}})))
+    run_dir = tmp_path / "job"
+    port = _free_port()
+    command = [sys.executable, "-m", "jaxdrive.train", "--config", str(config),
+               "--run-dir", str(run_dir), "--coordinator-address", f"localhost:{port}",
+               "--num-processes", "2", "--distributed-timeout", "60"]
+    logs = [tmp_path / f"p{i}.log" for i in range(2)]
+    procs = [subprocess.Popen([*command, "--process-id", str(i)], env=_env(),
+                              stdout=open(log, "w"), stderr=subprocess.STDOUT)
+             for i, log in enumerate(logs)]
+    try:
+        deadline = time.monotonic() + 600
+        while "train  step" not in logs[0].read_text() and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
+            time.sleep(0.5)
+        procs[1].send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    stopped_at, _ = _params(run_dir)
+    assert 1 <= stopped_at < 200 and stopped_at % k == 0, stopped_at
+    assert f"stopped at iteration {stopped_at}" in logs[0].read_text()
+    assert [r["iteration"] for r in _rows(run_dir)][-1] == stopped_at

@@ -148,6 +148,14 @@ class TrainConfig(ConfigBase):
         whole pool for every env, on one device). Must divide ``num_envs`` and the pool
         (``num_scenes``, or ``data.pool_size`` with ``data.path``), and be 1 or a
         multiple of the devices (1 on several devices: the pool whole on every device).
+      stop_check_every: in a multi-process job, the processes agree whether any of them
+        was asked to stop (Ctrl-C, SIGTERM) after every this many iterations (and after
+        the last), with one small collective; between two such iterations each process
+        dispatches its next iteration before reading the last one's metrics, as one
+        process always does, so the devices do not wait for the hosts' logging. A stop
+        then takes effect after at most this many more iterations: size it so that they
+        fit the scheduler's signal lead time (``docs/scale.md``). One process: ignored
+        (its stop is seen after the iteration in progress).
     """
 
     objective: str = "ppo"
@@ -179,6 +187,7 @@ class TrainConfig(ConfigBase):
     dense_rows: str | float | bool = "auto"
     shuffle_groups: str | int = "auto"
     pool_shards: str | int = "auto"
+    stop_check_every: int = 4
 
     def __post_init__(self):
         check_int("seed", self.seed, 0, 2**31 - 1)
@@ -230,6 +239,7 @@ class TrainConfig(ConfigBase):
                               f"got {self.co_players!r}.")
         for i, path in enumerate(self.co_players):
             check_path(f"co_players[{i}]", path, optional=False)
+        check_int("stop_check_every", self.stop_check_every, 1, 1_000_000)
         check_path("init_from", self.init_from)
         check_choice("init_checkpoint", self.init_checkpoint, ("best", "last"))
         check_path("bc_policy", self.bc_policy)

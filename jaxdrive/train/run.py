@@ -712,9 +712,11 @@ class _Run:
     def _overlap_ok(self, it: int) -> bool:
         """Whether iteration ``it + 1`` may be dispatched before iteration ``it``'s metrics
         are read: nothing after ``it`` needs its state (the next step takes it over, the
-        state being donated) and no other process must agree on the order."""
+        state being donated) and, in a multi-process job, ``it`` is not an iteration
+        where the processes agree on a stop (``_stop_check_due``: every process must
+        then have read its metrics and be at the same point)."""
         config = self.config
-        if it >= self.n_it or jax.process_count() > 1:
+        if it >= self.n_it or (jax.process_count() > 1 and self._stop_check_due(it)):
             return False
         if self._validation_due(it) and (self.stop_when is not None
                                          or not self.overlap_validation):
@@ -811,7 +813,10 @@ class _Run:
                         last = dict(metrics, step=it * per_it)
                     if final or self._checkpoint_due(it):
                         self.save(it, metrics)
-                if stop.requested:
+                # Every process leaves the loop after the same iteration; a local request
+                # not yet agreed on (a run that ended between two agreements) is agreed
+                # on here, so that all of them save, or none.
+                if self._stop_agreed(stop, it, force=True):
                     self.save(it, last, wait=True)  # written before "saved" is printed
                 if stop.requested and self.console is not None:
                     self.console.message(
@@ -823,14 +828,23 @@ class _Run:
         self._close(raise_errors=True)
         return last
 
-    def _stop_agreed(self, stop: StopRequest, it: int) -> bool:
+    def _stop_check_due(self, it: int) -> bool:
+        """Whether the processes of a multi-process job agree on a stop after iteration
+        ``it``: every ``train.stop_check_every`` iterations and after the last."""
+        return it % self.config.train.stop_check_every == 0 or it >= self.n_it
+
+    def _stop_agreed(self, stop: StopRequest, it: int, force: bool = False) -> bool:
         """Whether a stop was requested here or, in a multi-process job, in any process
-        (every process then stops after the same iteration). The processes agree once
-        per iteration ``it`` (one small collective); the loop's second question after
-        the same iteration gets the same agreed answer in every process (a signal that
-        arrives in between is agreed on after the next iteration)."""
+        (every process then stops after the same iteration). The processes agree after
+        the iterations of ``_stop_check_due`` (or when ``force``d, which every process
+        must do at the same point), once per iteration (one small collective); the
+        loop's second question after the same iteration gets the same agreed answer in
+        every process; between agreements the answer is no, in every process (a local
+        request waits for the next agreement)."""
         if jax.process_count() == 1:
             return stop.requested
+        if not (force or self._stop_check_due(it)):
+            return False
         if getattr(self, "_agreed", (None, False))[0] != it:
             stop.requested = any_process(stop.requested)
             self._agreed = (it, stop.requested)
