@@ -537,3 +537,23 @@ def test_command_line_set_writes_one_key_of_one_section():
         apply_section_overrides(data, ["num_rollouts=2"])
     with pytest.raises(ConfigError, match="not valid YAML"):
         apply_section_overrides(data, ["realism.num_rollouts={a: 1"])
+
+
+def test_raw_parameters_without_an_env_warn_that_the_default_env_is_used():
+    """``jaxdrive.eval.run`` with raw parameters: the policy reads any token counts, so an
+    env other than the training one would not fail, it would score the policy on other
+    observations; without ``env_config=`` the default env is used and a warning names the
+    fix. With ``env_config=`` (or a run directory / LoadedPolicy) nothing is said."""
+    import warnings
+
+    from jaxdrive.eval.api import _policy_and_configs
+
+    policy = object()
+    with pytest.warns(UserWarning, match="without env_config= .* default env"):
+        _, _, env, *_ = _policy_and_configs({"w": 1}, policy, None, None)
+    assert env == EnvConfig()
+    mine = EnvConfig.from_dict({"observation": {"num_partners": 7}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, params, env, *_ = _policy_and_configs({"w": 1}, policy, mine, None)
+    assert env is mine and params == {"w": 1}

@@ -20,7 +20,7 @@ from test_train_run import TINY as TRAIN_TINY
 
 from jaxdrive import simulate
 from jaxdrive.bench import cli as bench_cli
-from jaxdrive.env import Env
+from jaxdrive.env import Env, EnvConfig
 from jaxdrive.eval import cli as eval_cli
 from jaxdrive.eval.api import run
 from jaxdrive.eval.evaluator import EvalResult, Evaluator
@@ -198,7 +198,7 @@ def test_api_results_saved_elsewhere_with_a_warning(tmp_path, probe):
     probe.action = replace_the_directory
     with pytest.warns(UserWarning, match=f"could not write {out / 'results.json'}"):
         result = run({"p": 1}, {"eval": {"p": {"type": "probe"}}}, policy=object(),
-                     out_dir=out, progress=False)
+                     env_config=EnvConfig(), out_dir=out, progress=False)
     assert result["p"].metrics == {"x": 1.0}
     (saved,) = tmp_path.glob("res-results-*.json")
     assert json.loads(saved.read_text())["status"] == "ok"

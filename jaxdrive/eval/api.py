@@ -1,7 +1,9 @@
 """``jaxdrive.eval.run(params, suite)``: evaluate from a notebook or a script.
 
 ``params`` is a run directory (its best checkpoint is loaded), a ``LoadedPolicy``
-(``jaxdrive.train.load_policy``), or raw parameters together with ``policy=``.
+(``jaxdrive.train.load_policy``), or raw parameters together with ``policy=`` (and
+``env_config=``, the env they were trained in: without it the default env, with a
+warning).
 ``suite`` is a suite or evaluator name from the eval config file (``suite_file``: a file
 or a preset name; default the preset ``eval/default``, the package's copy of
 ``configs/eval/default.yaml``, found by ``jaxdrive.config.resolve_config_path``), a
@@ -13,6 +15,7 @@ from is the run's (so observations match the policy); sections override it.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,13 @@ def _policy_and_configs(params, policy, env_config, procedural):
     if policy is None:
         raise ConfigError("jaxdrive.eval.run: raw parameters need policy= (a "
                           "jaxdrive.models.Policy); or pass a run directory / LoadedPolicy.")
+    if env_config is None:
+        # The policy reads any token counts, so a mismatch would not fail: it would
+        # score the policy on observations it was not trained on.
+        warnings.warn("jaxdrive.eval.run: raw parameters without env_config= are evaluated "
+                      "in the default env (EnvConfig()), not the one they were trained in; "
+                      "pass env_config=, or a run directory / LoadedPolicy (they carry it).",
+                      stacklevel=3)
     return (policy, params, env_config or EnvConfig(), procedural or ProceduralConfig(), 0,
             None)
 
