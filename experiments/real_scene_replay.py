@@ -5,8 +5,10 @@ its replay through the env (issue 20, "Real scenes"; docs/real_scene_replay.md).
         [--variants bicycle/discrete bicycle/continuous delta_local/continuous]
         [--parked-extent 0.5] [--parked-speed 1.0] [--goal-behavior stop|remove]
 
-``--data`` defaults to the folders of ``../shared/data`` that exist (womd_json,
-womd_json_traffic_lights, womd_json_legacy, womd_tfrecord). Scenes are loaded with
+``--data`` (JSON or ``.json.gz`` folders, WOMD TFRecords, or directories converted by
+``python -m jaxdrive.data convert``, e.g. a validation split) defaults to the folders of
+``../shared/data`` that exist (womd_json, womd_json_traffic_lights, womd_json_legacy,
+womd_tfrecord). Scenes are loaded with
 ``jaxdrive.data.load_scenarios`` at the converter's real-data sizes (128 agents, 512
 lanes, 32 lights) and ``init_step`` 10.
 
