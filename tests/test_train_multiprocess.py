@@ -352,6 +352,34 @@ def test_a_process_that_never_joins_is_one_line_and_exit_2_before_jax_aborts():
     assert "Check failure" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _start_job_until_training(tmp_path, train: dict):
+    """Starts a 2-process ``--run-dir`` job of TINY (no validation, ``train`` overrides)
+    logging to ``tmp_path/p{i}.log``; returns (command without ``--process-id``, run
+    directory, logs, processes) once process 0 has logged its first training line."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(merge(TINY, {"validation": {"every": 0},
+                                                  "train": train})))
+    run_dir = tmp_path / "job"
+    command = [sys.executable, "-m", "jaxdrive.train", "--config", str(config),
+               "--run-dir", str(run_dir), "--coordinator-address",
+               f"localhost:{_free_port()}", "--num-processes", "2",
+               "--distributed-timeout", "60"]
+    logs = [tmp_path / f"p{i}.log" for i in range(2)]
+    procs = [subprocess.Popen([*command, "--process-id", str(i)], env=_env(),
+                              stdout=open(log, "w"), stderr=subprocess.STDOUT)
+             for i, log in enumerate(logs)]
+    deadline = time.monotonic() + 600
+    try:
+        while "train  step" not in logs[0].read_text() and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
+            time.sleep(0.5)
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    return command, run_dir, logs, procs
+
+
 @pytest.mark.slow
 def test_sigterm_to_a_job_saves_on_both_and_the_same_command_resumes(tmp_path):
     """Issue 39, item 4: a scheduler's SIGTERM to every process of a 2-process job: both
@@ -359,24 +387,9 @@ def test_sigterm_to_a_job_saves_on_both_and_the_same_command_resumes(tmp_path):
     (``--run-dir``) resumes and finishes the run."""
     import signal
 
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(merge(TINY, {"validation": {"every": 0},
-                                                  "train": {"total_steps":
-                                                            60 * STEPS_PER_IT}})))
-    run_dir = tmp_path / "job"
-    port = _free_port()
-    command = [sys.executable, "-m", "jaxdrive.train", "--config", str(config),
-               "--run-dir", str(run_dir), "--coordinator-address", f"localhost:{port}",
-               "--num-processes", "2", "--distributed-timeout", "60"]
-    logs = [tmp_path / f"p{i}.log" for i in range(2)]
-    procs = [subprocess.Popen([*command, "--process-id", str(i)], env=_env(),
-                              stdout=open(log, "w"), stderr=subprocess.STDOUT)
-             for i, log in enumerate(logs)]
+    command, run_dir, logs, procs = _start_job_until_training(
+        tmp_path, {"total_steps": 60 * STEPS_PER_IT})
     try:
-        deadline = time.monotonic() + 600
-        while "train  step" not in logs[0].read_text() and time.monotonic() < deadline:
-            assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
-            time.sleep(0.5)
         for p in procs:
             p.send_signal(signal.SIGTERM)
         sent = time.monotonic()
@@ -416,25 +429,9 @@ def test_sigterm_to_one_process_stops_both_at_the_next_agreement(tmp_path):
     import signal
 
     k = 4
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(merge(TINY, {"validation": {"every": 0},
-                                                  "train": {"total_steps":
-                                                            200 * STEPS_PER_IT,
-                                                            "stop_check_every": k}})))
-    run_dir = tmp_path / "job"
-    port = _free_port()
-    command = [sys.executable, "-m", "jaxdrive.train", "--config", str(config),
-               "--run-dir", str(run_dir), "--coordinator-address", f"localhost:{port}",
-               "--num-processes", "2", "--distributed-timeout", "60"]
-    logs = [tmp_path / f"p{i}.log" for i in range(2)]
-    procs = [subprocess.Popen([*command, "--process-id", str(i)], env=_env(),
-                              stdout=open(log, "w"), stderr=subprocess.STDOUT)
-             for i, log in enumerate(logs)]
+    _, run_dir, logs, procs = _start_job_until_training(
+        tmp_path, {"total_steps": 200 * STEPS_PER_IT, "stop_check_every": k})
     try:
-        deadline = time.monotonic() + 600
-        while "train  step" not in logs[0].read_text() and time.monotonic() < deadline:
-            assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
-            time.sleep(0.5)
         procs[1].send_signal(signal.SIGTERM)
         codes = [p.wait(timeout=120) for p in procs]
     finally:
