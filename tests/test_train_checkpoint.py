@@ -264,6 +264,46 @@ def test_background_saves_of_host_snapshots_round_trip_and_run_while_the_caller_
     _assert_trees_equal(restored, state)  # typed key and empty leaf included
 
 
+def test_asynchronous_saves_take_device_state_and_finish_in_the_background(tmp_path,
+                                                                          monkeypatch):
+    """Issue 39, item 6: how a multi-process job saves in the background (its arrays span
+    processes, so no host snapshot): ``submit`` starts orbax's asynchronous save where it
+    is called and returns once the arrays are on the host (the device buffers may then be
+    donated: here deleted), and the worker finishes it (files, checksum record, pruning,
+    best). Its barriers are the coordination service's, a no-op on one process."""
+    from jaxdrive.runs import integrity
+
+    ckpt = Checkpointer(tmp_path / "checkpoints", keep_last=1, best_metric="score",
+                        asynchronous=True)
+    release, started = threading.Event(), threading.Event()
+    write_record = integrity.write_record
+
+    def held_record(path):  # the finish blocks until the caller has moved on
+        started.set()
+        assert release.wait(timeout=60)
+        return write_record(path)
+
+    monkeypatch.setattr(integrity, "write_record", held_record)
+    saver = BackgroundSaver(ckpt)
+    state = _train_state(0)
+    saver.submit(5, state, {"score": 1.0})
+    for leaf in jax.tree.leaves(state):
+        leaf.delete()  # as a donating step would: the save holds its own host copy
+    assert started.wait(timeout=60)
+    saver.check()  # not finished: returns at once, raises nothing
+    assert not (tmp_path / "checkpoints" / "last" / "5" / "checksums.json").exists()
+    release.set()
+    saver.submit(6, _train_state(2), {"score": 0.5})  # waits for step 5's finish
+    saver.close()
+    assert ckpt.all_steps() == [6] and ckpt.all_steps("best") == [5]  # keep_last 1
+    reader = Checkpointer(tmp_path / "checkpoints")
+    restored, meta = reader.restore(_train_state(1), which="best")  # checksums verified
+    assert meta == {"score": 1.0}
+    _assert_trees_equal(restored, _train_state(0))  # the same program: the same values
+    restored, _ = reader.restore(_train_state(1), step=6)
+    _assert_trees_equal(restored, _train_state(2))
+
+
 def test_a_failed_background_save_is_raised_by_the_next_call(tmp_path):
     ckpt = Checkpointer(tmp_path / "checkpoints")
 

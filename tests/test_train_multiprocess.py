@@ -189,6 +189,34 @@ def test_stop_agreement_every_k_iterations_and_overlap_between(monkeypatch):
     assert fake._stop_agreed(stop, 4) is True and calls == []
 
 
+def test_run_dir_is_judged_by_process_0_alone(tmp_path, monkeypatch):
+    """A 2-process ``--run-dir`` job whose process 1 started later stopped at once (seen
+    in the slow SIGTERM test): process 1 looked at the directory itself while process 0
+    was writing its config there, and refused a stranger's file
+    (``.config.yaml.XXXX.tmp``). Every process now takes process 0's verdict."""
+    from jaxdrive.config import ConfigError
+    from jaxdrive.train import cli
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    (run_dir / ".config.yaml.bn86l37r.tmp").write_text("")  # process 0 at work
+    args = cli._parser().parse_args(["--config", str(config), "--run-dir", str(run_dir)])
+    with pytest.raises(ConfigError, match="other files"):  # as process 0 would judge it
+        cli._setup(args)
+    told = []
+
+    def from_process_0(text, max_bytes=4096):  # process 0 saw an empty directory
+        told.append(text)
+        return "fresh"
+
+    monkeypatch.setattr(cli, "is_main_process", lambda: False)
+    monkeypatch.setattr(cli, "broadcast_text", from_process_0)
+    _, got_dir, resume = cli._setup(args)
+    assert told == [None] and got_dir == run_dir and resume is False
+
+
 def test_unreachable_coordinator_is_a_clear_error_in_bounded_time(tmp_path):
     port = _free_port()  # nothing listens there
     t0 = time.monotonic()

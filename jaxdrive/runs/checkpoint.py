@@ -12,10 +12,11 @@ counters, metrics) written by ``JsonSave``, so a checkpoint directory alone is e
 rebuild its policy. The best save lives in its own orbax manager, so it survives when it
 is older than the last K.
 
-Host-side only: never call these inside jit. Saves are synchronous, so a trainer may exit
-right after ``save`` returns (e.g. on Ctrl-C). ``BackgroundSaver`` runs them in a worker
-thread on host snapshots (``host_snapshot``), so a trainer's device goes on with the next
-iterations while the files are written.
+Host-side only: never call these inside jit. ``save`` returns once the files are written,
+so a trainer may exit right after it (e.g. on Ctrl-C). ``BackgroundSaver`` finishes saves
+in a worker thread (host snapshots, or in a multi-process job orbax's asynchronous
+saves), so a trainer's device goes on with the next iterations while the files are
+written.
 
 Integrity (``jaxdrive.runs.integrity``): after orbax commits ``last/<step>``, the size and
 SHA-256 of each of its files go to ``last/<step>/checksums.json``; every restore checks
@@ -60,6 +61,9 @@ _META = "metadata"
 _TMP = ".orbax-checkpoint-tmp"  # orbax's suffix of uncommitted directories
 _MARKER = "integrity.json"  # "steps here carry checksum records": a missing one is damage
 _DAMAGED = "damaged"
+# How long a save's finish waits for the other processes at a barrier (their writes of a
+# large state on slow storage included); a lost peer ends the job sooner (its watch).
+_BARRIER_TIMEOUT_S = 3600
 
 
 class CheckpointError(FileNotFoundError):
@@ -171,6 +175,14 @@ def _remove_dir(path: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
+def host_barrier(name: str, timeout_s: float = _BARRIER_TIMEOUT_S) -> None:
+    """Waits until every process reaches the barrier ``name`` (unique per use) through
+    the coordination service: unlike a device collective, safe in a worker thread while
+    the main thread runs compiled steps. Nothing on one process."""
+    if jax.process_count() > 1:
+        ocp.multihost.get_barrier_sync_fn()(key=name, timeout_ms=int(timeout_s * 1000))
+
+
 def find_checkpoints(run_dir: str | os.PathLike) -> Path:
     """The checkpoints directory of a run.
 
@@ -240,13 +252,18 @@ def host_snapshot(state: Any) -> Any:
 
 
 class BackgroundSaver:
-    """``Checkpointer.save`` in one worker thread, one save at a time.
+    """Checkpoint saves finished in one worker thread, one save at a time.
 
     ``submit`` waits for the previous save, then starts the next and returns at once;
     a failed save's error (e.g. ``OutputError`` on a full disk) is raised by the next
     ``check``, ``submit``, ``wait`` or ``close``, so a trainer learns of it within one
-    iteration. Give it host snapshots (``host_snapshot``), never device arrays that the
-    next step donates.
+    iteration. With a synchronous ``Checkpointer`` the thread writes what ``submit`` is
+    given: host snapshots (``host_snapshot``), never device arrays that the next step
+    donates. With an ``asynchronous`` one (a multi-process job, whose arrays span
+    processes and cannot be snapshot on one host) ``submit`` takes the device state and
+    starts the save where it is called, on every process at the same iteration (it
+    returns once the arrays are on the host), and the thread waits for the files, the
+    checksum record and the other processes.
     """
 
     def __init__(self, checkpointer: Checkpointer):
@@ -255,9 +272,14 @@ class BackgroundSaver:
         self._pending: Future | None = None
 
     def submit(self, step: int, state: Any, metadata: dict) -> None:
-        """Starts saving ``state`` (a host snapshot) at ``step``."""
+        """Starts saving ``state`` at ``step`` (a host snapshot, or with an asynchronous
+        checkpointer the state itself)."""
         self.wait()
-        self._pending = self._pool.submit(self.checkpointer.save, step, state, metadata)
+        if self.checkpointer.asynchronous:
+            self._pending = self._pool.submit(
+                self.checkpointer.start_save(step, state, metadata))
+        else:
+            self._pending = self._pool.submit(self.checkpointer.save, step, state, metadata)
 
     def check(self) -> None:
         """Raises the error of a save that has finished and failed; never blocks."""
@@ -358,13 +380,18 @@ class Checkpointer:
       best_metric: metadata key (or dotted path into nested dicts, e.g.
         ``"metrics.eval_return"``) that ranks saves for ``best/``; None keeps no best.
       best_mode: ``"max"`` or ``"min"``: whether a larger or smaller metric is better.
+      asynchronous: ``start_save`` returns once the state is copied to host memory and
+        its finish waits for the files (orbax's asynchronous checkpointing: how a
+        multi-process job saves in the background, its arrays spanning processes);
+        False: ``start_save`` writes the files itself.
 
     Reopening an existing directory (resume) recovers the best value so far from the
     metadata saved in ``best/``, so a later, worse save does not replace it.
     """
 
     def __init__(self, directory: str | os.PathLike, keep_last: int = 3,
-                 best_metric: str | None = None, best_mode: str = "max"):
+                 best_metric: str | None = None, best_mode: str = "max",
+                 asynchronous: bool = False):
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
             raise ValueError(f"keep_last must be an int >= 1, got {keep_last!r}")
         if best_mode not in ("max", "min"):
@@ -376,6 +403,7 @@ class Checkpointer:
         self.keep_last = keep_last
         self.best_metric = best_metric
         self.best_mode = best_mode
+        self.asynchronous = bool(asynchronous)
         self._managers: dict[str, ocp.CheckpointManager] = {}
         self._recovered = False
         self.skipped: list[str] = []  # what the last restore skipped, one line each
@@ -400,8 +428,9 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             # Retention is ours (``_prune``): a step goes only once a newer one is recorded.
             max_to_keep=None,
-            # Synchronous: save() returns once the files are committed.
-            enable_async_checkpointing=False,
+            # Asynchronous: save() returns once the arrays are on the host, and
+            # wait_until_finished() once the files are committed (``start_save``).
+            enable_async_checkpointing=self.asynchronous,
             create=True,
         )
         manager = ocp.CheckpointManager(
@@ -708,29 +737,47 @@ class Checkpointer:
         path = self.directory / which
         return [p for p in path.glob(f"{step}{_TMP}*")] if path.is_dir() else []
 
-    def _commit_last(self, step: int, args: ocp.args.Composite) -> None:
-        """orbax save of ``last/step``, then its checksum record; cleans up on failure.
+    def _start_last(self, step: int, args: ocp.args.Composite) -> Callable[[], None]:
+        """Starts the orbax save of ``last/step``; returns its finish: wait for the files,
+        then the checksum record; cleans up on failure.
 
-        Multi-process: every process writes its part (orbax); once all have, process 0
-        writes the checksum record and prunes, and the others wait for that."""
+        With ``asynchronous`` the start returns once every array is copied to host memory
+        (the caller's device buffers may then be donated) and the files are written while
+        the finish waits; else the start writes them. Multi-process: every process writes
+        its part (orbax); once all have, process 0 writes the checksum record and prunes,
+        and the others wait for that. The finish synchronises through the coordination
+        service, never through a device collective, so it may run in a worker thread
+        while the next training steps run their own collectives."""
         last = self._manager("last", create=True)
         last.reload()
         main = is_main_process()
-        try:
-            with _saving():
-                last.save(step, args=args, force=True)
-                last.wait_until_finished()
-            barrier(f"jaxdrive-checkpoint-saved-{step}")
-            if main:
-                integrity.write_record(self.directory / "last" / str(step))
-        except Exception as e:
+
+        def failed(e: BaseException) -> None:
             self._save_failed(e, step, (self._tmp_dirs("last", step)
                                         + [self.directory / "last" / str(step)]) if main
                               else [])
-        if main:
-            self._prune("last", self.keep_last)
-        barrier(f"jaxdrive-checkpoint-recorded-{step}")
-        last.reload()
+
+        try:
+            with _saving():
+                last.save(step, args=args, force=True)
+        except Exception as e:
+            failed(e)
+
+        def finish() -> None:
+            try:
+                with _saving():
+                    last.wait_until_finished()
+                host_barrier(f"jaxdrive-checkpoint-saved-{step}")
+                if main:
+                    integrity.write_record(self.directory / "last" / str(step))
+            except Exception as e:
+                failed(e)
+            if main:
+                self._prune("last", self.keep_last)
+            host_barrier(f"jaxdrive-checkpoint-recorded-{step}")
+            last.reload()
+
+        return finish
 
     def _copy_to_best(self, step: int) -> None:
         """``best/step`` := a verified copy of ``last/step``; the old best goes after."""
@@ -767,6 +814,16 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, metadata: dict) -> bool:
         """Saves ``state`` and ``metadata`` at ``step``; waits until the files are written.
+        Arguments, result and errors: ``start_save`` and its finish."""
+        return self.start_save(step, state, metadata)()
+
+    def start_save(self, step: int, state: Any, metadata: dict) -> Callable[[], bool]:
+        """Starts saving ``state`` and ``metadata`` at ``step``; the returned finish
+        (no arguments) waits until the files are written, records their checksums, prunes
+        ``last/`` and updates ``best/``. Call it once, before the next save starts; it
+        synchronises processes only through the coordination service, so a worker thread
+        may run it (``BackgroundSaver``). With ``asynchronous`` the start returns once
+        ``state`` is copied to host memory; else it writes the files itself.
 
         Args:
           step: training step (>= 0). Steps must increase: a step older than the latest in
@@ -776,11 +833,13 @@ class Checkpointer:
           metadata: JSON-able dict (NumPy/JAX scalars are converted to Python numbers).
 
         Returns:
-          True if this save became the best one (and was copied to ``best/``).
+          The finish; it returns True if this save became the best one (and was copied
+          to ``best/``).
 
         Raises:
-          OutputError: the files could not be written (disk full, permissions); what the
-            failed save wrote is removed and the earlier checkpoints are intact.
+          OutputError (from the start or the finish): the files could not be written
+            (disk full, permissions); what the failed save wrote is removed and the
+            earlier checkpoints are intact.
         """
         step = int(step)
         if step < 0:
@@ -804,16 +863,21 @@ class Checkpointer:
         if latest is not None and step == latest:
             _log.warning("step %d is already saved under %s; skipping this save", step,
                          self.directory / "last")
-            return False
-        self._commit_last(step, ocp.args.Composite(**{
+            return lambda: False
+        finish_last = self._start_last(step, ocp.args.Composite(**{
             _STATE: ocp.args.StandardSave(_to_storable(state)),
             _META: ocp.args.JsonSave(metadata)}))
-        if value is None or not self._is_better(value):
-            return False
-        if is_main_process():  # in a multi-process job, only process 0 has the metric
-            self._copy_to_best(step)
-        self.best_value = value
-        return True
+
+        def finish() -> bool:
+            finish_last()
+            if value is None or not self._is_better(value):
+                return False
+            if is_main_process():  # in a multi-process job, only process 0 has the metric
+                self._copy_to_best(step)
+            self.best_value = value
+            return True
+
+        return finish
 
     def latest_step(self, which: str = "last") -> int | None:
         """The newest saved step in ``which`` ("last" or "best"), None if there is none.

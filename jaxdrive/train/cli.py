@@ -121,21 +121,37 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _inspect_run_dir(run_dir: Path) -> str:
+    """What ``--run-dir`` holds: ``"resume"`` (a saved step), ``"fresh"`` (nothing, or
+    only what a start that saved nothing left), else why it can be neither."""
+    if has_saved_step(run_dir):
+        return "resume"
+    if run_dir.exists() and not run_dir.is_dir():
+        return f"--run-dir {run_dir} is a file, not a directory"
+    other = sorted(p.name for p in run_dir.iterdir() if p.name not in START_FILES) \
+        if run_dir.is_dir() else []
+    if other:
+        return (f"--run-dir {run_dir} holds no checkpoint to resume but other files "
+                f"({', '.join(other[:3])}): give an empty or new directory")
+    return "fresh"
+
+
+def _run_dir_verdict(run_dir: Path) -> str:
+    """``_inspect_run_dir`` as process 0 sees it, on every process: a process that
+    started later must not look itself, since process 0 may already be writing there
+    (a temporary config file read as a stranger's file stopped such a job)."""
+    verdict = _inspect_run_dir(run_dir) if is_main_process() else None
+    return broadcast_text(verdict, max_bytes=16_384)
+
+
 def _fresh_run_dir(config: RunConfig, args) -> Path:
-    """The run directory of a new run: ``--run-dir`` as given (created; it may hold only
-    what a start that saved nothing left), else a new timestamped one."""
+    """The run directory of a new run: ``--run-dir`` as given (created; checked by
+    ``_run_dir_verdict``), else a new timestamped one."""
     if args.run_dir is None:
         # Process 0 names and creates the run directory; the others use its name.
         made = str(new_run_dir(config, Path(args.config).stem)) if is_main_process() else None
         return Path(broadcast_text(made))
     run_dir = Path(args.run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
-    other = sorted(p.name for p in run_dir.iterdir() if p.name not in START_FILES) \
-        if run_dir.is_dir() else []
-    if other:
-        raise ConfigError(f"--run-dir {run_dir} holds no checkpoint to resume but other files "
-                          f"({', '.join(other[:3])}): give an empty or new directory")
     if is_main_process():
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -150,10 +166,14 @@ def _setup(args) -> tuple[RunConfig, Path, bool]:
     arguments (a fresh run's directory is created)."""
     overrides = parse_overrides(args.overrides)
     resume = args.resume
-    if args.run_dir is not None and has_saved_step(Path(args.run_dir)):
-        print(f"note: {args.run_dir} holds a run: resuming it (its config.yaml plus --set)",
-              flush=True)
-        resume = args.run_dir
+    if args.run_dir is not None:
+        verdict = _run_dir_verdict(Path(args.run_dir))
+        if verdict == "resume":
+            print(f"note: {args.run_dir} holds a run: resuming it (its config.yaml plus "
+                  "--set)", flush=True)
+            resume = args.run_dir
+        elif verdict != "fresh":
+            raise ConfigError(verdict)
     if not resume:
         config = load_run_config(args.config, overrides)
         return config, _fresh_run_dir(config, args), False

@@ -421,12 +421,14 @@ class _Run:
         if not resume and self.main:
             save_config(config, run_dir / "config.yaml")
         self.t0 = time.perf_counter()
+        # Checkpoint files are written in a worker thread while the device runs the next
+        # iterations: from host snapshots on one process; on several (whose arrays span
+        # processes) every process starts its part in the loop (orbax's asynchronous
+        # save, back once the arrays are on the host) and the thread finishes it.
         self.ckpt = Checkpointer(run_dir / "checkpoints", keep_last=config.checkpoint.keep_last,
-                                 best_metric=BEST_METRIC)
-        # Single process: checkpoint files are written in a worker thread from host
-        # snapshots while the device runs the next iterations. Multi-process saves are
-        # collective (every process writes its part) and stay in the loop.
-        self.saver = BackgroundSaver(self.ckpt) if jax.process_count() == 1 else None
+                                 best_metric=BEST_METRIC,
+                                 asynchronous=jax.process_count() > 1)
+        self.saver = BackgroundSaver(self.ckpt)
         resume_meta = self._prepare_resume() if resume else None
         if resume_meta is not None and config.num_iterations < int(resume_meta["iteration"]):
             done = int(resume_meta["iteration"])
@@ -622,22 +624,21 @@ class _Run:
         return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), self.state.params)
 
     def save(self, it: int, metrics: dict, wait: bool = False) -> None:
-        """Checkpoint iteration ``it`` (the current state): a host copy now, the files
-        in the background while the next iterations run, unless ``wait`` (a reader needs
-        the files now) or multi-process (collective saves)."""
+        """Checkpoint iteration ``it`` (the current state): a host copy now (on several
+        processes, every process its part), the files in the background while the next
+        iterations run, unless ``wait`` (a reader needs the files now)."""
         if it == self.saved_it:
             return
         meta = {"iteration": it, "step": it * self.per_it, "config": self.config.to_dict(),
                 "wandb_id": None if self.wandb is None else self.wandb.run_id}
         if BEST_METRIC in metrics:
             meta[BEST_METRIC] = metrics[BEST_METRIC]
-        if self.saver is None:
-            self.ckpt.save(it, self.state, meta)
-        elif wait:
+        if wait:
             self.saver.wait()
             self.ckpt.save(it, self.state, meta)
         else:
-            self.saver.submit(it, host_snapshot(self.state), meta)
+            self.saver.submit(it, self.state if self.ckpt.asynchronous
+                              else host_snapshot(self.state), meta)
         self.saved_it = it
 
     def run_video(self, it: int, metrics: dict) -> None:
@@ -770,8 +771,7 @@ class _Run:
                     self.state, metrics, started = pending
                     pending = None
                     it += 1
-                    if self.saver is not None:
-                        self.saver.check()  # a failed background save stops the run
+                    self.saver.check()  # a failed background save stops the run
                     val_params = None
                     if not stop.requested and self._overlap_ok(it):
                         if self._validation_due(it):  # validated while the next one runs
@@ -854,7 +854,7 @@ class _Run:
         """Closes the writers, the checkpointer and the scene stream, each even if another
         fails; re-raises the first failure if ``raise_errors``."""
         closers = [self.writers.close, self.ckpt.close]
-        if self.saver is not None:  # the last save's files first, then the managers
+        if getattr(self, "saver", None) is not None:  # the last save's files first
             closers.insert(0, lambda: self.saver.close(raise_errors))
         if self.scenes is not None:
             closers.append(self.scenes.close)
