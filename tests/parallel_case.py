@@ -1,6 +1,6 @@
 """A data-parallel training case, run in a child process by tests/test_train_parallel.py.
 
-    python tests/parallel_case.py DEVICES OUT.npz
+    python tests/parallel_case.py DEVICES OUT.npz [DENSE_ROWS]
 
 Sets ``--xla_force_host_platform_device_count=DEVICES`` before JAX starts, trains the
 golden PPO configuration (transformer, trial mode, co-players, ``num_envs`` 8) for
@@ -8,6 +8,7 @@ three iterations on the ``data`` mesh over all devices (none for DEVICES=1: the 
 single-device program), both with ``train.shuffle_groups: 8``, and writes every
 logged metric and the final parameters to OUT.npz, plus OUT.json: where the state's
 arrays live and the collectives of the compiled programs (``collectives``).
+``DENSE_ROWS`` (e.g. 0.5) sets ``train.dense_rows`` (default: the golden's ``off``).
 """
 
 from __future__ import annotations
@@ -93,9 +94,12 @@ def main() -> None:
     # Eight shuffle groups and pool shards on both sides: what 8 devices do by default
     # (``auto``), so the single device draws the same minibatches and scenes.
     mesh = default_mesh()
-    ppo, placement, env_params, state, step = build(
-        {"num_envs": 8, "num_scenes": 8, "shuffle_groups": 8, "pool_shards": 8}, mesh)
-    report = {"devices": jax.device_count()}
+    train = {"num_envs": 8, "num_scenes": 8, "shuffle_groups": 8, "pool_shards": 8}
+    if len(sys.argv) > 3:
+        train["dense_rows"] = float(sys.argv[3])
+    ppo, placement, env_params, state, step = build(train, mesh)
+    report = {"devices": jax.device_count(), "dense_groups": ppo.dense_groups,
+              "rollout_capacities": list(ppo.rollout_capacities)}
     pool = jax.tree.leaves(env_params.pool)
     report["pool_bytes"] = sum(x.nbytes for x in pool)
     report["pool_bytes_per_device"] = sum(

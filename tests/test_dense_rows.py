@@ -16,6 +16,7 @@ from jaxdrive.models.dense import (
     capacities_for,
     capacity_for,
     dense_apply,
+    dense_indices,
     overflowed,
     row_step_buffers,
     which_row_step_buffer,
@@ -109,6 +110,37 @@ def test_dense_apply_equals_the_full_batch_on_selected_rows(name, capacities):
         np.testing.assert_array_equal(np.asarray(got["a"]), np.asarray(want["a"]))
     else:  # a dense buffer ran: unselected rows are zeros
         assert not np.asarray(got["a"])[~sel].any()
+
+
+_GROUPED = jax.jit(lambda t, m: dense_apply(_rowwise, t, DenseRows(m, (4, CAPACITY), groups=4)))
+
+
+@pytest.mark.parametrize("selected,ran", [
+    ([1, 5, 9, 13], 4),              # one row a block: every block fits its share of 4
+    ([0, 1, 8], 8),                  # block 0 holds 2 > 4 / 4: the buffer of 8 (2 a block)
+    ([4, 5, 6], N),                  # block 1 holds 3 > 8 / 4: no buffer holds it, all run
+    ([], 4),
+])
+def test_grouped_rows_pack_each_block_into_its_own_share(selected, ran):
+    """Rows split over G devices pack block by block (``groups``): each of the 4 blocks
+    of 4 rows into its own quarter of a buffer, the smallest buffer that holds every
+    block's selection runs, and selected rows equal the full batch (NumPy, by hand)."""
+    sel = np.isin(np.arange(N), selected)
+    x = np.arange(N * 3, dtype=np.float32).reshape(N, 3)
+    got = _GROUPED(jnp.asarray(x), jnp.asarray(sel))
+    np.testing.assert_array_equal(np.asarray(got["a"])[sel], (x * 2.0 + 1.0)[sel])
+    np.testing.assert_array_equal(np.asarray(got["b"])[sel], x.sum(axis=1)[sel])
+    assert np.all(np.asarray(got["size"])[sel] == ran)
+    if ran < N:
+        assert not np.asarray(got["a"])[~sel].any()
+    idx, used = dense_indices(jnp.asarray(sel), 8, groups=4)
+    blocks = [np.flatnonzero(sel[4 * g:4 * g + 4]) for g in range(4)]  # within each block
+    want_used = np.concatenate([np.arange(2) < min(len(b), 2) for b in blocks])
+    np.testing.assert_array_equal(np.asarray(used), want_used)
+    for g, b in enumerate(blocks):
+        np.testing.assert_array_equal(np.asarray(idx)[2 * g:2 * g + len(b[:2])], b[:2])
+    with pytest.raises(ValueError, match="multiples of the groups"):
+        _ = DenseRows(jnp.asarray(sel), (6,), groups=4).sizes
 
 
 def tiny_observation(n, seed):

@@ -13,6 +13,12 @@ dropped; the caller counts those fallbacks with ``overflowed``.
 The function must treat rows independently (an encoder applied per agent-step): then
 the selected rows' outputs equal the full batch's, up to the float rounding of a
 different batch size.
+
+Rows split over devices (a mesh, rows sharded along their axis) are packed in
+``groups``: the M rows as G contiguous blocks of M / G (one per device), each block's
+selected rows into its own M / G-th of a buffer, so every gather and scatter stays on
+the device that holds the rows; the buffer that runs is the smallest that holds every
+block's selection (one small reduction across devices picks it).
 """
 
 from __future__ import annotations
@@ -35,17 +41,26 @@ class DenseRows:
       fits: the caller guarantees that the selection fits the one capacity given (it
         chose the buffer itself, e.g. around a whole gradient computation, whose
         ``lax.switch`` would otherwise carry every branch's residuals): no branches.
+      groups: G, pack each of G contiguous blocks of the rows into its own share of a
+        buffer (rows split over G devices); M and every capacity below M must be
+        multiples of G.
     """
 
     mask: jax.Array
     capacities: int | tuple[int, ...] = struct.field(pytree_node=False)
     fits: bool = struct.field(pytree_node=False, default=False)
+    groups: int = struct.field(pytree_node=False, default=1)
 
     @property
     def sizes(self) -> tuple[int, ...]:
         """The distinct capacities below M, ascending (empty: always the full batch)."""
         caps = (self.capacities,) if isinstance(self.capacities, int) else self.capacities
-        return tuple(sorted({int(c) for c in caps if c < self.mask.shape[0]}))
+        sizes = tuple(sorted({int(c) for c in caps if c < self.mask.shape[0]}))
+        if self.mask.shape[0] % self.groups or any(c % self.groups for c in sizes):
+            raise ValueError(f"DenseRows of {self.mask.shape[0]} rows in {self.groups} "
+                             f"groups: the rows and the capacities {sizes} must be "
+                             "multiples of the groups")
+        return sizes
 
 
 def capacity_for(fraction: float | None, rows: int, multiple: int = 8) -> int:
@@ -94,17 +109,59 @@ def row_step_buffers(shares, rows: int, steps_per_row: int,
     return tuple(kept)
 
 
-def dense_indices(mask: jax.Array, capacity: int) -> tuple[jax.Array, jax.Array]:
+def dense_indices(mask: jax.Array, capacity: int,
+                  groups: int = 1) -> tuple[jax.Array, jax.Array]:
     """The rows ``mask`` (M,) selects, packed: ``(idx, used)``, both (capacity,): the
-    selected rows' indices in order, then index 0 in the unused slots (``used`` False)."""
+    selected rows' indices in order, then index 0 in the unused slots (``used`` False).
+    With ``groups`` G: slots ``[g * capacity / G, (g + 1) * capacity / G)`` hold block
+    g's rows, indices within the block (``take_rows`` / ``put_rows`` read them)."""
+    if groups > 1:
+        idx, used = jax.vmap(lambda m: dense_indices(m, capacity // groups))(
+            mask.reshape(groups, -1))
+        return idx.reshape(capacity), used.reshape(capacity)
     (idx,) = jnp.nonzero(mask, size=capacity, fill_value=0)
     return idx, jnp.arange(capacity) < jnp.sum(mask.astype(jnp.int32))
 
 
-def which_buffer(mask: jax.Array, sizes: tuple[int, ...]) -> jax.Array:
+def take_rows(x: jax.Array, idx: jax.Array, groups: int = 1) -> jax.Array:
+    """``x`` (M, ...) at the rows ``idx`` of ``dense_indices`` (same ``groups``):
+    (capacity, ...), each block's rows gathered within the block."""
+    if groups == 1:
+        return x[idx]
+    blocks = x.reshape((groups, x.shape[0] // groups) + x.shape[1:])  # not -1: size-0 leaves
+    return jax.vmap(lambda a, i: a[i])(blocks, idx.reshape(groups, -1)).reshape(
+        idx.shape + x.shape[1:])
+
+
+def put_rows(out: jax.Array, idx: jax.Array, used: jax.Array, m: int,
+             groups: int = 1) -> jax.Array:
+    """``take_rows``' inverse: (M, ...) zeros with ``out`` (capacity, ...) at the used
+    slots' rows; unused slots (duplicates of a block's row 0) are dropped."""
+    def put(o, i, u, rows):
+        return jnp.zeros((rows,) + o.shape[1:], o.dtype).at[jnp.where(u, i, rows)].set(
+            o, mode="drop")
+
+    if groups == 1:
+        return put(out, idx, used, m)
+    split = lambda a: a.reshape((groups, a.shape[0] // groups) + a.shape[1:])
+    return jax.vmap(lambda o, i, u: put(o, i, u, m // groups))(
+        split(out), split(idx), split(used)).reshape((m,) + out.shape[1:])
+
+
+def selected_count(mask: jax.Array, groups: int = 1) -> jax.Array:
+    """() int32: the buffer size that ``mask`` (M,) needs: the number of selected rows,
+    or with ``groups`` G, G times the most that one block selects (each block packs into
+    its own 1/G of a buffer)."""
+    if groups == 1:
+        return jnp.sum(mask.astype(jnp.int32))
+    return groups * jnp.max(jnp.sum(mask.reshape(groups, -1).astype(jnp.int32), axis=1))
+
+
+def which_buffer(mask: jax.Array, sizes: tuple[int, ...], groups: int = 1) -> jax.Array:
     """() int32: index of the smallest of ``sizes`` (ascending) that holds the rows
-    ``mask`` selects; ``len(sizes)`` when none does (the full batch)."""
-    count = jnp.sum(mask.astype(jnp.int32))
+    ``mask`` selects (in every one of ``groups`` blocks); ``len(sizes)`` when none does
+    (the full batch)."""
+    count = selected_count(mask, groups)
     return jnp.sum((jnp.asarray(sizes, jnp.int32) < count).astype(jnp.int32))
 
 
@@ -124,7 +181,7 @@ def overflowed(rows: DenseRows) -> jax.Array:
     sizes = rows.sizes
     if not sizes:
         return jnp.zeros((), bool)
-    return jnp.sum(rows.mask.astype(jnp.int32)) > sizes[-1]
+    return selected_count(rows.mask, rows.groups) > sizes[-1]
 
 
 def dense_apply(fn, tree, rows: DenseRows | None):
@@ -143,14 +200,12 @@ def dense_apply(fn, tree, rows: DenseRows | None):
         return fn(tree)
     m = rows.mask.shape[0]
 
+    g = rows.groups
+
     def dense(cap, tree):
-        idx, used = dense_indices(rows.mask, cap)
-        out = fn(jax.tree.map(lambda x: x[idx], tree))
-        # Unused buffer slots (duplicates of row 0) scatter out of bounds: dropped.
-        target = jnp.where(used, idx, m)
-        return jax.tree.map(
-            lambda o: jnp.zeros((m,) + o.shape[1:], o.dtype).at[target].set(o, mode="drop"),
-            out)
+        idx, used = dense_indices(rows.mask, cap, g)
+        out = fn(jax.tree.map(lambda x: take_rows(x, idx, g), tree))
+        return jax.tree.map(lambda o: put_rows(o, idx, used, m, g), out)
 
     sizes = rows.sizes
     if rows.fits:
@@ -159,4 +214,4 @@ def dense_apply(fn, tree, rows: DenseRows | None):
                              f"got {rows.capacities}")
         return dense(sizes[0], tree)
     branches = [lambda t, c=c: dense(c, t) for c in sizes] + [fn]
-    return jax.lax.switch(which_buffer(rows.mask, sizes), branches, tree)
+    return jax.lax.switch(which_buffer(rows.mask, sizes, g), branches, tree)

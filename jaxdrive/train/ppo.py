@@ -55,6 +55,7 @@ from jaxdrive.models.dense import (
     DenseRows,
     capacities_for,
     row_step_buffers,
+    selected_count,
     which_row_step_buffer,
 )
 from jaxdrive.models.kv_cache import KVCache
@@ -256,32 +257,42 @@ class PPO:
                 self.env_step = env.step_batch_sharded(mesh, k)
                 if self.bc and k > 1:
                     self._expert = per_device(mesh, self._expert, True)
-        # Dense rows: buffer sizes as shares of the rows (None = every row). A gather
-        # across devices would cost more than it saves.
-        multi_device = mesh is not None and mesh.size > 1
+        # Dense rows: buffer sizes as shares of the rows (None = every row). On several
+        # devices the rollout packs each device's rows into its own share of a buffer
+        # (``DenseRows.groups``: nothing crosses devices); the update, whose minibatch
+        # loss spans devices, and the co-players run every row there.
+        self.dense_groups = 1 if mesh is None else mesh.size
         self.dense_shares = None
-        if t.dense_rows != "off" and not multi_device:
+        if t.dense_rows != "off":
             self.dense_shares = AUTO_SHARES if t.dense_rows == "auto" else (
                 float(t.dense_rows),)
 
     # ------------------------------------------------------------------ dense rows
-    def _capacities(self, rows: int) -> tuple[int, ...]:
-        # ``auto`` leaves small batches whole: there a gather and one compiled copy per
-        # buffer cost more than the rows they skip.
-        if self.config.train.dense_rows == "auto" and rows < AUTO_MIN_ROWS:
+    def _capacities(self, rows: int, groups: int = 1) -> tuple[int, ...]:
+        # ``auto`` leaves small batches whole (per device): there a gather and one
+        # compiled copy per buffer cost more than the rows they skip.
+        if self.config.train.dense_rows == "auto" and rows // groups < AUTO_MIN_ROWS:
             return (rows,)
-        return capacities_for(self.dense_shares, rows)
+        # Each group's share is a multiple of 8 rows where groups hold 64 or more.
+        per_group = 8 if groups == 1 or rows // groups >= 64 else 1
+        return capacities_for(self.dense_shares, rows, multiple=per_group * groups)
 
     @property
     def rollout_capacities(self) -> tuple[int, ...]:
-        """Learner rows of the rollout's dense buffers (``(num_rows,)`` = off)."""
-        return self._capacities(self.num_rows)
+        """Learner rows of the rollout's dense buffers (``(num_rows,)`` = off), in
+        ``dense_groups`` equal shares on a mesh."""
+        return self._capacities(self.num_rows, self.dense_groups)
+
+    def rollout_rows(self, mask: jax.Array) -> DenseRows:
+        """``DenseRows`` of the rollout's (num_rows,) ``mask``."""
+        return DenseRows(mask, self.rollout_capacities, groups=self.dense_groups)
 
     @property
     def update_capacities(self) -> tuple[int, ...]:
-        """Agent-steps of a minibatch's dense buffers."""
+        """Agent-steps of a minibatch's dense buffers (every step on a mesh)."""
         t = self.config.train
-        return self._capacities(self.num_rows // t.minibatches * t.rollout_steps)
+        steps = self.num_rows // t.minibatches * t.rollout_steps
+        return (steps,) if self.dense_groups > 1 else self._capacities(steps)
 
     @property
     def update_buffers(self) -> tuple[tuple[int, int], ...]:
@@ -404,7 +415,7 @@ class PPO:
         # are not removed (they return next trial, attending to these steps).
         live = (ts.active | ~ts.removed) if self.trial_mode else ts.active
         computed = _rows(state.ego & live)
-        rows = DenseRows(computed, self.rollout_capacities)
+        rows = self.rollout_rows(computed)
         out, cache = self.policy.step(params, cache, obs, first, removed, rows=rows)
         k_learner, k_co = jax.random.split(key)
         dist = self.policy.distribution(out)
@@ -414,7 +425,8 @@ class PPO:
             # co_member is env_members(B, M): member m's rows are its static block.
             co_action, co_caches = partner_actions(
                 self.co_players, co_caches, obs, first, removed, self.num_envs, k_co,
-                rows=_rows(state.co_player) & ~removed, dense_shares=self.dense_shares)
+                rows=_rows(state.co_player) & ~removed,
+                dense_shares=self.dense_shares if self.dense_groups == 1 else None)
             co_action = co_action.astype(action.dtype)
             is_co = _rows(state.co_player).reshape((-1,) + (1,) * (action.ndim - 1))
             action = jnp.where(is_co, co_action, action)
@@ -662,7 +674,7 @@ class PPO:
         next_valid = _rows(ts.active & state.env_state.ego)
         # Values only where the bootstrap is used (the next step is valid).
         boot, _ = self.policy.step(state.params, state.cache, obs, first, removed,
-                                   rows=DenseRows(next_valid, self.rollout_capacities))
+                                   rows=self.rollout_rows(next_valid))
         stop = bootstrap_stop(traj.terminated, traj.truncated, traj.valid, next_valid)
         advantages, returns = gae(traj.reward, traj.value, boot.value, stop, t.gamma,
                                   t.gae_lambda)
@@ -708,10 +720,11 @@ class PPO:
         if self.reference is not None:
             out["loss/bc_kl"] = stats.bc_kl.mean()
         if self.dense:
-            out["loss/dense_overflow_minibatches"] = stats.dense_overflow.sum()
+            if stats.dense_overflow is not None:  # the update ran on buffers
+                out["loss/dense_overflow_minibatches"] = stats.dense_overflow.sum()
+            need = jax.vmap(lambda m: selected_count(m, self.dense_groups))(traj.computed)
             out["rollout/dense_overflow_steps"] = jnp.sum(
-                (jnp.sum(traj.computed, axis=1) > max(self.rollout_capacities)
-                 ).astype(jnp.float32))
+                (need > max(self.rollout_capacities)).astype(jnp.float32))
         emitted = ema.emit(state.episode_ema)
         for name in report_names(self.env.metrics):
             out[f"train/{name}"] = emitted[name]
