@@ -99,7 +99,8 @@ def main() -> None:
         train["dense_rows"] = float(sys.argv[3])
     ppo, placement, env_params, state, step = build(train, mesh)
     report = {"devices": jax.device_count(), "dense_groups": ppo.dense_groups,
-              "rollout_capacities": list(ppo.rollout_capacities)}
+              "rollout_capacities": list(ppo.rollout_capacities),
+              "update_buffers": [list(b) for b in ppo.update_buffers]}
     pool = jax.tree.leaves(env_params.pool)
     report["pool_bytes"] = sum(x.nbytes for x in pool)
     report["pool_bytes_per_device"] = sum(

@@ -19,6 +19,7 @@ from jaxdrive.models.dense import (
     dense_indices,
     overflowed,
     row_step_buffers,
+    take_rows,
     which_row_step_buffer,
 )
 from jaxdrive.models.policy import Policy, PolicyConfig
@@ -211,7 +212,9 @@ def test_step_equals_padded_outputs_and_memory_on_selected_rows(stepper, name):
 # and gradients, the dense-rows ones and the packed decoder's (two row capacities), for
 # a (B, T) segment given as arguments; each test reads the parts it checks.
 B, T = 6, 5
-ROW_CAPACITIES = (3, None)
+# (row capacity, groups): packed rows, every row, and rows split in 2 blocks of 3 (as
+# over 2 devices: each block packs into its own half of 4 rows and 16 steps).
+ROW_CAPACITIES = ((3, 1), (None, 1), (4, 2))
 
 
 def _padded(policy, params, cache, obs, first, removed, weights, sel):
@@ -229,10 +232,11 @@ def _dense(policy, params, cache, obs, first, removed, weights, sel):
             + jnp.sum(jnp.where(keep, out.value.reshape(-1), 0.0)))
 
 
-def _packed(policy, params, cache, obs, first, removed, weights, sel, row_capacity):
+def _packed(policy, params, cache, obs, first, removed, weights, sel, row_capacity, groups):
     out, idx, used = policy.sequence_at(params, cache, obs, first, removed, sel, 16,
-                                        row_capacity=row_capacity)
-    return (jnp.sum(jnp.where(used[:, None], out.dist * weights[idx], 0.0))
+                                        row_capacity=row_capacity, groups=groups)
+    return (jnp.sum(jnp.where(used[:, None], out.dist * take_rows(weights, idx, groups),
+                              0.0))
             + jnp.sum(jnp.where(used, out.value, 0.0))), (out, idx, used)
 
 
@@ -248,8 +252,8 @@ def segment_grads():
         args = (policy, params, cache, obs, first, removed, weights, sel)
         vg = lambda f, **kw: jax.value_and_grad(  # noqa: E731
             lambda p: f(policy, p, *args[2:], **kw), has_aux=f is not _dense)(params)
-        return vg(_padded), vg(_dense), [vg(_packed, row_capacity=rc)
-                                         for rc in ROW_CAPACITIES]
+        return vg(_padded), vg(_dense), [vg(_packed, row_capacity=rc, groups=g)
+                                         for rc, g in ROW_CAPACITIES]
 
     return policy, grads
 
@@ -288,9 +292,9 @@ def test_sequence_outputs_and_gradients_equal_padded_on_selected_steps(segment_g
 
 
 def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients(segment_grads):
-    """The decoder on the rows holding a selected step, packed (row_capacity), and on
-    every row (None): outputs and gradients at the selected steps equal the padded
-    segment's."""
+    """The decoder on the rows holding a selected step, packed (row_capacity), on
+    every row (None), and packed block by block (groups 2, as rows split over 2
+    devices): outputs and gradients at the selected steps equal the padded segment's."""
     policy, grads = segment_grads
     obs, weights = _segment(4)
     params = _params(policy, 1)
@@ -320,7 +324,10 @@ def test_sequence_at_on_packed_rows_equals_padded_outputs_and_gradients(segment_
         # The packed outputs themselves, slot by slot.
         used = np.asarray(used)
         assert used.sum() == sel.sum() == 11
-        np.testing.assert_array_equal(np.asarray(idx)[used], np.flatnonzero(sel))
+        rc, g = rc
+        # Slot indices are within each block of B / g rows' steps (3 * 5 with 2 blocks).
+        block = np.repeat(np.arange(g), 16 // g) * (B // g * T)
+        np.testing.assert_array_equal((np.asarray(idx) + block)[used], np.flatnonzero(sel))
         np.testing.assert_allclose(np.asarray(out_d.dist)[used],
                                    np.asarray(out_f.dist).reshape(B * T, -1)[sel.reshape(-1)],
                                    atol=ATOL, err_msg=str(rc))

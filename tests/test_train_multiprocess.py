@@ -430,7 +430,7 @@ def test_sigterm_to_a_job_saves_on_both_and_the_same_command_resumes(tmp_path):
     first = logs[0].read_text()
     assert "stopped at iteration" in first and "checkpoint saved in" in first
     assert "data-parallel over 2 device(s)" in first and "2 shuffle group(s)" in first
-    assert "note: train.dense_rows = auto on 2 devices: the rollout packs" in first
+    assert "train.dense_rows" not in first  # no longer off (and noted) on a mesh
     stopped_at, _ = _params(run_dir)
     assert 1 <= stopped_at < 60
     print(f"both processes exited 0 {waited:.1f} s after SIGTERM, at iteration {stopped_at}")

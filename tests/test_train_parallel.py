@@ -92,16 +92,19 @@ def test_eight_devices_train_like_one(runs):
 @pytest.mark.slow
 def test_dense_rollout_rows_on_eight_devices_train_like_one(runs):
     """Issue 39, item 6: dense rows on a mesh. With ``train.dense_rows`` 0.5 on 8
-    devices the rollout packs each device's live rows into its own share of a 16-row
-    buffer (2 of its 4 rows); the run equals the padded single-device run up to float
-    rounding, and inside the rollout loop only the buffer choice (a scalar) crosses
-    devices: no row is gathered from another device."""
+    devices each device packs its own live rows into its share of the buffers: in the
+    rollout 2 of its 4 rows (a 16-row buffer), in the update 1 of its 2 minibatch rows
+    and 7 of its 14 steps (buffers of (8, 56) and (16, 56) rows and steps). The run
+    equals the padded single-device run up to float rounding; in the rollout loop only
+    the buffer choice (a scalar) crosses devices, and no step gathers rows from another
+    device."""
     one, _ = runs[1]
     dense, report = runs["8dense"]
     assert report["devices"] == 8 and report["dense_groups"] == 8
     assert report["rollout_capacities"] == [16]
     extra = {k.split("/", 1)[1] for k in dense.keys() - one.keys()}
-    assert extra == {"rollout/dense_overflow_steps"}  # the update runs every row here
+    assert extra == {"loss/dense_overflow_minibatches", "rollout/dense_overflow_steps"}
+    assert report["update_buffers"] == [[8, 56], [16, 56]]
     assert one.keys() <= dense.keys()
     key, worst = _largest_relative_difference(one, dense)
     print(f"largest relative difference: {worst:.2e} ({key})")
@@ -110,6 +113,8 @@ def test_dense_rollout_rows_on_eight_devices_train_like_one(runs):
     assert not [c for c in rollout if c["op"] != "all-reduce"], rollout
     in_loop = [c for c in rollout if c["loop_depth"] > 0]
     assert in_loop and all(all(s.endswith("[]") for s in c["shapes"]) for c in in_loop)
+    step = report["step_collectives"]
+    assert not [c for c in step if c["op"] != "all-reduce"], step
 
 
 @pytest.mark.slow

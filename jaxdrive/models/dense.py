@@ -79,8 +79,8 @@ def capacities_for(fractions, rows: int, multiple: int = 8) -> tuple[int, ...]:
     return tuple(sorted({capacity_for(f, rows, multiple) for f in fractions}))
 
 
-def row_step_buffers(shares, rows: int, steps_per_row: int,
-                     pack_rows: bool = True) -> tuple[tuple[int, int], ...]:
+def row_step_buffers(shares, rows: int, steps_per_row: int, pack_rows: bool = True,
+                     multiple: int = 8) -> tuple[tuple[int, int], ...]:
     """Buffers of a (rows, T) batch whose steps are computed per step except for one
     per-row pass (a temporal decoder): ``(row capacity, step capacity)`` pairs, ascending
     in both, each smaller than the batch in one of them; empty: no buffer (padded).
@@ -90,12 +90,13 @@ def row_step_buffers(shares, rows: int, steps_per_row: int,
     share than live steps (a row is live when any of its T steps is), and one ladder
     instead of every combination keeps the compiled copies few. The last pair is (every
     row, the largest step share). Without ``pack_rows`` every pair has all rows.
+    Capacities are multiples of ``multiple`` (``capacity_for``).
     """
     full = rows * steps_per_row
     pairs, last = [], None
     for share in sorted(shares or ()):
-        row_cap = capacity_for(share, rows) if pack_rows else rows
-        step_cap = capacity_for(share, full)
+        row_cap = capacity_for(share, rows, multiple) if pack_rows else rows
+        step_cap = capacity_for(share, full, multiple)
         if last is not None:
             pairs.append((row_cap, last))
         pairs.append((row_cap, step_cap))
@@ -123,9 +124,11 @@ def dense_indices(mask: jax.Array, capacity: int,
     return idx, jnp.arange(capacity) < jnp.sum(mask.astype(jnp.int32))
 
 
-def take_rows(x: jax.Array, idx: jax.Array, groups: int = 1) -> jax.Array:
+def take_rows(x: jax.Array, idx: jax.Array, groups: int = 1, axis: int = 0) -> jax.Array:
     """``x`` (M, ...) at the rows ``idx`` of ``dense_indices`` (same ``groups``):
-    (capacity, ...), each block's rows gathered within the block."""
+    (capacity, ...), each block's rows gathered within the block; rows along ``axis``."""
+    if axis:
+        return jnp.moveaxis(take_rows(jnp.moveaxis(x, axis, 0), idx, groups), 0, axis)
     if groups == 1:
         return x[idx]
     blocks = x.reshape((groups, x.shape[0] // groups) + x.shape[1:])  # not -1: size-0 leaves
@@ -165,14 +168,17 @@ def which_buffer(mask: jax.Array, sizes: tuple[int, ...], groups: int = 1) -> ja
     return jnp.sum((jnp.asarray(sizes, jnp.int32) < count).astype(jnp.int32))
 
 
-def which_row_step_buffer(mask: jax.Array, buffers: tuple[tuple[int, int], ...]) -> jax.Array:
+def which_row_step_buffer(mask: jax.Array, buffers: tuple[tuple[int, int], ...],
+                          groups: int = 1) -> jax.Array:
     """() int32: index of the first of ``buffers`` (``row_step_buffers``) that holds the
     rows and the steps ``mask`` (R, T) selects (a row counts when any of its steps is
-    selected); ``len(buffers)`` when none does (the padded batch)."""
+    selected; with ``groups``, in every block of R / G rows); ``len(buffers)`` when none
+    does (the padded batch)."""
     # Both columns ascend: the first pair holding both counts is the later of the first
     # pairs holding each.
-    return jnp.maximum(which_buffer(jnp.any(mask, axis=1), tuple(r for r, _ in buffers)),
-                       which_buffer(mask.reshape(-1), tuple(s for _, s in buffers)))
+    return jnp.maximum(
+        which_buffer(jnp.any(mask, axis=1), tuple(r for r, _ in buffers), groups),
+        which_buffer(mask.reshape(-1), tuple(s for _, s in buffers), groups))
 
 
 def overflowed(rows: DenseRows) -> jax.Array:

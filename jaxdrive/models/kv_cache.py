@@ -69,6 +69,11 @@ class KVCache:
         )
 
 
+# The agent-row axis of each ``KVCache`` leaf: k, v are (layers, rows, ...), the rest
+# rows first (for splitting a cache over devices or groups of rows).
+ROW_AXES = KVCache(k=1, v=1, pos=0, garbage=0, next_pos=0)
+
+
 def slot_mask(slot_pos: jax.Array, slot_garbage: jax.Array, query_pos: jax.Array,
               horizon: int) -> jax.Array:
     """Which slots a query may attend (before adding its own slot).

@@ -33,10 +33,10 @@ from flax import linen as nn
 from flax import struct
 
 from jaxdrive.config import ConfigBase, ConfigError, check_choice, check_int
-from jaxdrive.models.dense import DenseRows, dense_apply, dense_indices
+from jaxdrive.models.dense import DenseRows, dense_apply, dense_indices, put_rows, take_rows
 from jaxdrive.models.distributions import Categorical, ScaledBeta
 from jaxdrive.models.encoder import AttentionSceneEncoder, PooledSceneEncoder
-from jaxdrive.models.kv_cache import KVCache
+from jaxdrive.models.kv_cache import ROW_AXES, KVCache
 from jaxdrive.models.transformer import TemporalDecoder
 from jaxdrive.types import Observation
 
@@ -341,7 +341,7 @@ class Policy:
 
     def sequence_at(self, params, cache: KVCache, obs: Observation, first: jax.Array,
                     removed: jax.Array, mask: jax.Array, capacity: int,
-                    row_capacity: int | None = None):
+                    row_capacity: int | None = None, groups: int = 1):
         """``sequence``'s outputs at the steps of a (B, T) segment that ``mask`` selects,
         packed into ``capacity`` slots (training on dense rows): the scene encoder and
         the heads run on those steps only, the temporal decoder on the segment's rows,
@@ -356,31 +356,38 @@ class Policy:
             ``jaxdrive.models.dense.which_row_step_buffer``).
           capacity: static int.
           row_capacity: static int or None (every row; the same for ``B`` or more).
+          groups: G, the rows split over G devices in contiguous blocks: each block's
+            steps and rows pack into its own share of both capacities (multiples of G;
+            the selection must fit every block's share), so nothing crosses devices.
         Returns:
           (``PolicyOutput`` (capacity,), idx (capacity,) int32 flat step index ``b * T +
-          t`` of each slot, used (capacity,) bool: the slot holds a selected step).
-          Outputs at used slots equal ``sequence``'s at those steps to float rounding.
+          t`` of each slot, within its block of ``B / G * T`` steps (read it with
+          ``jaxdrive.models.dense.take_rows`` and the same ``groups``), used (capacity,)
+          bool: the slot holds a selected step). Outputs at used slots equal
+          ``sequence``'s at those steps to float rounding.
         """
         b, t = first.shape
-        flat_mask = mask.reshape(b * t)
-        idx, used = dense_indices(flat_mask, capacity)
+        g = groups
+        idx, used = dense_indices(mask.reshape(b * t), capacity, g)
         flat = jax.tree.map(lambda x: x.reshape((b * t,) + x.shape[2:]), obs)
-        x = self.module.apply(params, jax.tree.map(lambda a: a[idx], flat),
+        x = self.module.apply(params, jax.tree.map(lambda a: take_rows(a, idx, g), flat),
                               method=_ActorCritic.embed)
         if self.config.kind == "transformer":
-            place = idx  # each slot's step in the decoder's (rows * T) layout
+            place = idx  # each slot's step in its block of the decoder's (rows * T) layout
             if row_capacity is not None and row_capacity < b:
                 live = jnp.any(mask, axis=1)
-                row_idx, _ = dense_indices(live, row_capacity)
-                row_slot = jnp.cumsum(live.astype(jnp.int32)) - 1  # (B,) place in buffer
-                place = jnp.where(used, row_slot[idx // t] * t + idx % t, 0)
-                cache, first, removed = cache.rows(row_idx), first[row_idx], removed[row_idx]
-            steps = first.shape[0] * t
-            grid = jnp.zeros((steps, x.shape[-1]), x.dtype).at[
-                jnp.where(used, place, steps)].set(x, mode="drop")
+                row_idx, _ = dense_indices(live, row_capacity, g)
+                # (B,): each row's place in its block's share of the row buffer
+                row_slot = (jnp.cumsum(live.reshape(g, b // g).astype(jnp.int32), axis=1)
+                            - 1).reshape(b)
+                place = jnp.where(used, take_rows(row_slot, idx // t, g) * t + idx % t, 0)
+                cache = jax.tree.map(lambda c, ax: take_rows(c, row_idx, g, ax), cache,
+                                     ROW_AXES)
+                first, removed = take_rows(first, row_idx, g), take_rows(removed, row_idx, g)
+            grid = put_rows(x, place, used, first.shape[0] * t, g)
             grid = self.module.apply(params, grid, cache, first, removed,
                                      method=_ActorCritic.decode)
-            x = grid[place]
+            x = take_rows(grid, place, g)
         out = self.module.apply(params, x, method=_ActorCritic.heads)
         return self._output(*out), idx, used
 

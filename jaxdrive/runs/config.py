@@ -128,9 +128,9 @@ class TrainConfig(ConfigBase):
         that share; ``off``: every row. A step or minibatch with more live rows than the
         largest buffer runs the whole batch (nothing is dropped);
         ``rollout/dense_overflow_steps`` and ``loss/dense_overflow_minibatches`` count
-        those. On a mesh of several devices only the rollout packs, each device its
-        own rows (batches under 256 rows per device run whole with ``auto``); the
-        update and the co-players run every row.
+        those. On a mesh of several devices each device packs its own rows into its
+        share of every buffer (batches under 256 rows per device run whole with
+        ``auto``); co-players run every row there.
       shuffle_groups: how each epoch's minibatches are drawn. The agent rows are cut
         into this many contiguous groups, each shuffled on its own, and every minibatch
         takes an equal share of every group (a stratified shuffle; 1 = one shuffle of

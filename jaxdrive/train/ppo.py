@@ -56,9 +56,10 @@ from jaxdrive.models.dense import (
     capacities_for,
     row_step_buffers,
     selected_count,
+    take_rows,
     which_row_step_buffer,
 )
-from jaxdrive.models.kv_cache import KVCache
+from jaxdrive.models.kv_cache import ROW_AXES, KVCache
 from jaxdrive.models.policy import Policy, policy_inputs
 from jaxdrive.parallel import along, check_divisible, constrain, replicated, rows_split
 from jaxdrive.runs.config import RunConfig
@@ -174,9 +175,15 @@ def _rows(x: jax.Array) -> jax.Array:
     return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
 
 
-# The agent-row axis of each ``KVCache`` leaf: k, v are (layers, rows, ...), the rest
-# rows first. Splits the cache over the mesh and into shuffle groups.
-CACHE_ROW_AXES = KVCache(k=1, v=1, pos=0, garbage=0, next_pos=0)
+def _multiple(rows: int, groups: int) -> int:
+    """What dense buffer sizes of ``rows`` in ``groups`` are multiples of: 8 rows a
+    group, or 1 where groups hold fewer than 64 rows (tiny meshes in tests)."""
+    return (8 if groups == 1 or rows // groups >= 64 else 1) * groups
+
+
+# The agent-row axis of each ``KVCache`` leaf. Splits the cache over the mesh and into
+# shuffle groups.
+CACHE_ROW_AXES = ROW_AXES
 
 
 class PPO:
@@ -258,9 +265,8 @@ class PPO:
                 if self.bc and k > 1:
                     self._expert = per_device(mesh, self._expert, True)
         # Dense rows: buffer sizes as shares of the rows (None = every row). On several
-        # devices the rollout packs each device's rows into its own share of a buffer
-        # (``DenseRows.groups``: nothing crosses devices); the update, whose minibatch
-        # loss spans devices, and the co-players run every row there.
+        # devices each device's rows pack into its own share of a buffer (``groups``:
+        # nothing crosses devices); co-players run every row there.
         self.dense_groups = 1 if mesh is None else mesh.size
         self.dense_shares = None
         if t.dense_rows != "off":
@@ -273,9 +279,7 @@ class PPO:
         # compiled copy per buffer cost more than the rows they skip.
         if self.config.train.dense_rows == "auto" and rows // groups < AUTO_MIN_ROWS:
             return (rows,)
-        # Each group's share is a multiple of 8 rows where groups hold 64 or more.
-        per_group = 8 if groups == 1 or rows // groups >= 64 else 1
-        return capacities_for(self.dense_shares, rows, multiple=per_group * groups)
+        return capacities_for(self.dense_shares, rows, multiple=_multiple(rows, groups))
 
     @property
     def rollout_capacities(self) -> tuple[int, ...]:
@@ -289,10 +293,10 @@ class PPO:
 
     @property
     def update_capacities(self) -> tuple[int, ...]:
-        """Agent-steps of a minibatch's dense buffers (every step on a mesh)."""
+        """Agent-steps of a minibatch's dense buffers."""
         t = self.config.train
-        steps = self.num_rows // t.minibatches * t.rollout_steps
-        return (steps,) if self.dense_groups > 1 else self._capacities(steps)
+        return self._capacities(self.num_rows // t.minibatches * t.rollout_steps,
+                                self.dense_groups)
 
     @property
     def update_buffers(self) -> tuple[tuple[int, int], ...]:
@@ -305,9 +309,11 @@ class PPO:
         full = rows * t.rollout_steps
         if min(self.update_capacities) >= full:
             return ()
+        g = self.dense_groups
         pack_rows = (self.policy.config.kind == "transformer"
-                     and min(self._capacities(rows)) < rows)
-        return row_step_buffers(self.dense_shares, rows, t.rollout_steps, pack_rows)
+                     and min(self._capacities(rows, g)) < rows)
+        return row_step_buffers(self.dense_shares, rows, t.rollout_steps, pack_rows,
+                                multiple=_multiple(rows, g))
 
     @property
     def dense(self) -> bool:
@@ -554,10 +560,11 @@ class PPO:
             step = mb
         else:
             row_cap, step_cap = buffer
+            g = self.dense_groups
             out, idx, used = pol.sequence_at(params, cache, mb["obs"], mb["first"],
                                              mb["removed"], mb["computed"], step_cap,
-                                             row_capacity=row_cap)
-            at = lambda x: x.reshape((-1,) + x.shape[2:])[idx]
+                                             row_capacity=row_cap, groups=g)
+            at = lambda x: take_rows(x.reshape((-1,) + x.shape[2:]), idx, g)
             step = {k: at(mb[k]) for k in ("action", "logp", "value", "advantages",
                                             "returns", "valid")
                     + (("aux_goal_target",) if self.aux_goal else ())}
@@ -588,7 +595,8 @@ class PPO:
                 ref_out = ref_policy.sequence(*inputs)
             else:  # the same steps as the learner's dense outputs (the same mask)
                 ref_out = ref_policy.sequence_at(*inputs, mb["computed"], buffer[1],
-                                                 row_capacity=buffer[0])[0]
+                                                 row_capacity=buffer[0],
+                                                 groups=self.dense_groups)[0]
             ref = jax.lax.stop_gradient(ref_policy.distribution(ref_out))
             kl = masked_mean(ref.kl(dist), valid)
             lam = t.bc_kl_coef
@@ -611,7 +619,7 @@ class PPO:
         grad = lambda buf: (lambda p, c, b: jax.grad(self._loss, has_aux=True)(p, c, b, buf))
         if not buffers:
             return grad(None)(params, cache, mb)
-        which = which_row_step_buffer(mb["computed"], buffers)
+        which = which_row_step_buffer(mb["computed"], buffers, self.dense_groups)
         grads, stats = jax.lax.switch(which, [grad(b) for b in buffers] + [grad(None)],
                                       params, cache, mb)
         return grads, stats.replace(

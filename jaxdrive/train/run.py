@@ -581,10 +581,6 @@ class _Run:
             self.log(f"data-parallel over {describe()}: {t.num_envs // self.mesh.size} "
                      f"envs per device, {self.ppo.shuffle_groups} shuffle group(s), "
                      f"{self._pool_words()}")
-            if self.mesh.size > 1 and t.dense_rows != "off":
-                self.log(f"note: train.dense_rows = {t.dense_rows} on {self.mesh.size} "
-                         "devices: the rollout packs each device's live rows on that "
-                         "device; the update and co-players run every row")
         self.log(f"run directory: {self.run_dir}")
 
     def _pool_words(self) -> str:
