@@ -306,6 +306,17 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def host_barrier(name: str, timeout_s: float) -> None:
+    """Waits until every process reaches the barrier ``name`` (unique per use) through
+    the coordination service, at most ``timeout_s`` seconds: unlike ``barrier`` (a device
+    collective), safe in a worker thread while the main thread runs compiled steps.
+    Nothing on one process."""
+    if jax.process_count() > 1:
+        from orbax.checkpoint import multihost
+
+        multihost.get_barrier_sync_fn()(key=name, timeout_ms=int(timeout_s * 1000))
+
+
 def broadcast_text(text: str | None, max_bytes: int = 4096) -> str:
     """Process 0's ``text`` on every process (e.g. the run directory it created);
     ``text`` itself on one process."""

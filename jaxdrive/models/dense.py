@@ -204,9 +204,7 @@ def dense_apply(fn, tree, rows: DenseRows | None):
     """
     if rows is None or not rows.sizes:
         return fn(tree)
-    m = rows.mask.shape[0]
-
-    g = rows.groups
+    m, g = rows.mask.shape[0], rows.groups
 
     def dense(cap, tree):
         idx, used = dense_indices(rows.mask, cap, g)

@@ -49,7 +49,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxdrive.distributed import barrier, is_main_process
+from jaxdrive.distributed import barrier, host_barrier, is_main_process
 from jaxdrive.files import OutputError, atomic_write_text
 from jaxdrive.runs import integrity
 
@@ -63,7 +63,7 @@ _MARKER = "integrity.json"  # "steps here carry checksum records": a missing one
 _DAMAGED = "damaged"
 # How long a save's finish waits for the other processes at a barrier (their writes of a
 # large state on slow storage included); a lost peer ends the job sooner (its watch).
-_BARRIER_TIMEOUT_S = 3600
+_BARRIER_TIMEOUT_S = 3600.0
 
 
 class CheckpointError(FileNotFoundError):
@@ -173,14 +173,6 @@ def _remove_dir(path: Path) -> None:
         shutil.rmtree(doomed, ignore_errors=True)
     os.rename(path, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
-
-
-def host_barrier(name: str, timeout_s: float = _BARRIER_TIMEOUT_S) -> None:
-    """Waits until every process reaches the barrier ``name`` (unique per use) through
-    the coordination service: unlike a device collective, safe in a worker thread while
-    the main thread runs compiled steps. Nothing on one process."""
-    if jax.process_count() > 1:
-        ocp.multihost.get_barrier_sync_fn()(key=name, timeout_ms=int(timeout_s * 1000))
 
 
 def find_checkpoints(run_dir: str | os.PathLike) -> Path:
@@ -767,14 +759,14 @@ class Checkpointer:
             try:
                 with _saving():
                     last.wait_until_finished()
-                host_barrier(f"jaxdrive-checkpoint-saved-{step}")
+                host_barrier(f"jaxdrive-checkpoint-saved-{step}", _BARRIER_TIMEOUT_S)
                 if main:
                     integrity.write_record(self.directory / "last" / str(step))
             except Exception as e:
                 failed(e)
             if main:
                 self._prune("last", self.keep_last)
-            host_barrier(f"jaxdrive-checkpoint-recorded-{step}")
+            host_barrier(f"jaxdrive-checkpoint-recorded-{step}", _BARRIER_TIMEOUT_S)
             last.reload()
 
         return finish

@@ -181,10 +181,6 @@ def _multiple(rows: int, groups: int) -> int:
     return (8 if groups == 1 or rows // groups >= 64 else 1) * groups
 
 
-# The agent-row axis of each ``KVCache`` leaf. Splits the cache over the mesh and into
-# shuffle groups.
-CACHE_ROW_AXES = ROW_AXES
-
 
 class PPO:
     """The training step of one run configuration (static: env, policies, optimiser).
@@ -274,7 +270,7 @@ class PPO:
                 float(t.dense_rows),)
 
     # ------------------------------------------------------------------ dense rows
-    def _capacities(self, rows: int, groups: int = 1) -> tuple[int, ...]:
+    def _capacities(self, rows: int, groups: int) -> tuple[int, ...]:
         # ``auto`` leaves small batches whole (per device): there a gather and one
         # compiled copy per buffer cost more than the rows they skip.
         if self.config.train.dense_rows == "auto" and rows // groups < AUTO_MIN_ROWS:
@@ -329,8 +325,8 @@ class PPO:
         return replicated(self.mesh) if axis is None else along(self.mesh, axis)
 
     def _cache_shardings(self) -> KVCache:
-        """Each ``KVCache`` leaf split along its agent rows (``CACHE_ROW_AXES``)."""
-        return jax.tree.map(self._sharding, CACHE_ROW_AXES)
+        """Each ``KVCache`` leaf split along its agent rows (``ROW_AXES``)."""
+        return jax.tree.map(self._sharding, ROW_AXES)
 
     def state_shardings(self, state: TrainState) -> TrainState:
         """Where each leaf of ``state`` lives on the mesh (a ``TrainState`` of
@@ -640,14 +636,14 @@ class PPO:
             # is gathered group by group where the rows live, nothing crosses devices.
             batch = constrain(jax.tree.map(lambda x: _groups(x, g, 0), batch),
                               self._sharding(0))
-            blocks = jax.tree.map(lambda x, ax: _groups(x, g, ax), cache0, CACHE_ROW_AXES)
+            blocks = jax.tree.map(lambda x, ax: _groups(x, g, ax), cache0, ROW_AXES)
             if self.mesh is not None:
                 blocks = constrain(blocks, self._cache_shardings())
 
             def take(idx):  # idx: (G, rows per group in a minibatch), within each group
                 mb = jax.tree.map(lambda x: _take_in_groups(x, idx, 0), batch)
                 cache = jax.tree.map(lambda x, ax: _take_in_groups(x, idx, ax), blocks,
-                                     CACHE_ROW_AXES)
+                                     ROW_AXES)
                 return mb, cache
 
         def minibatch(carry, idx):
